@@ -1,0 +1,5 @@
+//go:build !no_devmapper
+
+package builtins
+
+import _ "github.com/containerd/containerd/v2/plugins/snapshots/devmapper/plugin"

@@ -1,0 +1,5 @@
+//go:build !no_zfs
+
+package builtins
+
+import _ "github.com/containerd/zfs/v2/plugin"

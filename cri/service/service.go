@@ -1,0 +1,56 @@
+// Package service implements the Pullwise gRPC service, served on
+// containerd's socket next to CRI's runtime.v1.
+package service
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+)
+
+// Runtime describes the runtime the service is compiled into.
+type Runtime struct {
+	PullwiseVersion string
+	Name            string
+	Version         string
+	// PullPath reports whether CRI pulls reach the transfer service and,
+	// when not, a warning for the operator. It is asked on every call since
+	// CRI may load after this service.
+	PullPath func() (usesTransfer bool, warning string)
+}
+
+// Service is the Pullwise API. RPCs that later work implements answer
+// Unimplemented through the embedded type.
+type Service struct {
+	api.UnimplementedPullwiseServer
+	rt Runtime
+}
+
+// New returns the service for rt.
+func New(rt Runtime) *Service {
+	return &Service{rt: rt}
+}
+
+// Register adds the service to a gRPC server; containerd's server plugin
+// calls it for every GRPCPlugin instance that has it.
+func (s *Service) Register(gs *grpc.Server) error {
+	api.RegisterPullwiseServer(gs, s)
+	return nil
+}
+
+// Version implements api.PullwiseServer.
+func (s *Service) Version(context.Context, *api.VersionRequest) (*api.VersionResponse, error) {
+	resp := &api.VersionResponse{
+		PullwiseVersion: s.rt.PullwiseVersion,
+		RuntimeName:     s.rt.Name,
+		RuntimeVersion:  s.rt.Version,
+	}
+	usesTransfer, warning := s.rt.PullPath()
+	resp.CriPullsUseTransfer = usesTransfer
+	if warning != "" {
+		resp.Warnings = append(resp.Warnings, warning)
+	}
+	return resp, nil
+}

@@ -1,0 +1,196 @@
+package registry
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// epoch is the timestamp of every file, layer and config, so that content
+// and digests depend only on Image.
+var epoch = time.Unix(0, 0).UTC()
+
+// Image describes a deterministic test image: the same Image always yields
+// the same digests.
+type Image struct {
+	// Layers holds, per layer, the size of the single file it contains.
+	Layers []int64
+	// Seed varies the file contents; different seeds give different digests.
+	Seed int64
+	// Platform defaults to linux/runtime.GOARCH.
+	Platform ocispec.Platform
+}
+
+// Pushed describes an image written by Push.
+type Pushed struct {
+	Ref        string        // host/repo:tag
+	Digest     digest.Digest // manifest
+	Config     digest.Digest
+	Layers     []digest.Digest // compressed layer blobs, in manifest order
+	LayerSizes []int64         // compressed sizes, i.e. bytes on the wire
+}
+
+// LayerBytes is the total compressed size of all layers.
+func (p Pushed) LayerBytes() int64 {
+	var n int64
+	for _, s := range p.LayerSizes {
+		n += s
+	}
+	return n
+}
+
+// BuildImage assembles img as an OCI image (OCI manifest, config and gzip
+// layer media types) without pushing it.
+func BuildImage(img Image) (v1.Image, error) {
+	plat := img.Platform
+	if plat.OS == "" {
+		plat.OS = "linux"
+	}
+	if plat.Architecture == "" {
+		plat.Architecture = runtime.GOARCH
+	}
+	base, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
+		OS:           plat.OS,
+		Architecture: plat.Architecture,
+		Variant:      plat.Variant,
+		OSVersion:    plat.OSVersion,
+		Created:      v1.Time{Time: epoch},
+		RootFS:       v1.RootFS{Type: "layers"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("set image config: %w", err)
+	}
+	base = mutate.MediaType(base, types.OCIManifestSchema1)
+	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
+
+	adds := make([]mutate.Addendum, 0, len(img.Layers))
+	for i, size := range img.Layers {
+		layer, err := buildLayer(img.Seed, i, size)
+		if err != nil {
+			return nil, fmt.Errorf("build layer %d: %w", i, err)
+		}
+		adds = append(adds, mutate.Addendum{
+			Layer:     layer,
+			MediaType: types.OCILayer,
+			History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: fmt.Sprintf("registry test layer %d", i)},
+		})
+	}
+	out, err := mutate.Append(base, adds...)
+	if err != nil {
+		return nil, fmt.Errorf("append layers: %w", err)
+	}
+	return out, nil
+}
+
+// buildLayer makes a gzip tar holding one file of size pseudo-random bytes.
+// Random bytes do not compress, so the blob is about as large as the file.
+// gzip runs without compression and with an empty header: the output then
+// depends only on the input, not on compressor tuning or the clock.
+func buildLayer(seed int64, index int, size int64) (v1.Layer, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.NoCompression)
+	if err != nil {
+		return nil, fmt.Errorf("create gzip writer: %w", err)
+	}
+	tw := tar.NewWriter(zw)
+	hdr := &tar.Header{
+		Typeflag: tar.TypeReg,
+		Name:     fmt.Sprintf("layer-%d.bin", index),
+		Mode:     0o644,
+		Size:     size,
+		ModTime:  epoch,
+		Format:   tar.FormatUSTAR,
+	}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return nil, fmt.Errorf("write tar header: %w", err)
+	}
+	if _, err := io.CopyN(tw, contentSource(seed, index), size); err != nil {
+		return nil, fmt.Errorf("write file content: %w", err)
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("close tar: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("close gzip: %w", err)
+	}
+	blob := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(blob)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, fmt.Errorf("wrap layer: %w", err)
+	}
+	return layer, nil
+}
+
+// contentSource is a byte stream determined by (seed, index). ChaCha8's
+// Read yields the same stream regardless of how reads are split.
+func contentSource(seed int64, index int) io.Reader {
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[0:], uint64(seed))
+	binary.LittleEndian.PutUint64(key[8:], uint64(index))
+	return rand.NewChaCha8(key)
+}
+
+// Push writes img to repo:tag on r and fails the test on error. The push
+// goes through the recorder like any client; call Reset afterwards to keep
+// it out of assertions. Call only from the test goroutine.
+func (r *Registry) Push(t testing.TB, repo, tag string, img Image) Pushed {
+	t.Helper()
+	ref := r.Host() + "/" + repo + ":" + tag
+	p, err := push(t.Context(), ref, img)
+	if err != nil {
+		t.Fatalf("registry %s: push %s: %v", r.name, ref, err)
+	}
+	return p
+}
+
+func push(ctx context.Context, ref string, img Image) (Pushed, error) {
+	tag, err := name.NewTag(ref, name.Insecure)
+	if err != nil {
+		return Pushed{}, fmt.Errorf("parse reference: %w", err)
+	}
+	image, err := BuildImage(img)
+	if err != nil {
+		return Pushed{}, err
+	}
+	if err := remote.Write(tag, image, remote.WithContext(ctx)); err != nil {
+		return Pushed{}, fmt.Errorf("write image: %w", err)
+	}
+	return describe(ref, image)
+}
+
+func describe(ref string, image v1.Image) (Pushed, error) {
+	m, err := image.Manifest()
+	if err != nil {
+		return Pushed{}, fmt.Errorf("read manifest: %w", err)
+	}
+	d, err := image.Digest()
+	if err != nil {
+		return Pushed{}, fmt.Errorf("compute manifest digest: %w", err)
+	}
+	p := Pushed{Ref: ref, Digest: digest.Digest(d.String()), Config: digest.Digest(m.Config.Digest.String())}
+	for _, l := range m.Layers {
+		p.Layers = append(p.Layers, digest.Digest(l.Digest.String()))
+		p.LayerSizes = append(p.LayerSizes, l.Size)
+	}
+	return p, nil
+}

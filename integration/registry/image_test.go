@@ -1,0 +1,87 @@
+package registry
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"runtime"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func digestOf(t *testing.T, img Image) string {
+	t.Helper()
+	built, err := BuildImage(img)
+	require.NoError(t, err)
+	d, err := built.Digest()
+	require.NoError(t, err)
+	return d.String()
+}
+
+func TestBuildImageIsDeterministic(t *testing.T) {
+	amd64 := ocispec.Platform{OS: "linux", Architecture: "amd64"}
+	base := Image{Layers: []int64{1000, 0, 70000}, Seed: 7, Platform: amd64}
+
+	// Pinned so that a change in content generation, which would silently
+	// invalidate digests other tests rely on, fails here first.
+	const golden = "sha256:cd0aa4a0ee7757b5f88bb6c77f35a7a7b9e1b6a1d39b2f8fd0bbb1e2d7a4df31"
+	assert.Equal(t, golden, digestOf(t, base))
+	assert.Equal(t, digestOf(t, base), digestOf(t, base))
+
+	variants := map[string]Image{
+		"seed":       {Layers: base.Layers, Seed: 8, Platform: amd64},
+		"layer size": {Layers: []int64{1001, 0, 70000}, Seed: 7, Platform: amd64},
+		"platform":   {Layers: base.Layers, Seed: 7, Platform: ocispec.Platform{OS: "linux", Architecture: "arm64"}},
+	}
+	for name, img := range variants {
+		assert.NotEqual(t, golden, digestOf(t, img), "changing %s changes the digest", name)
+	}
+}
+
+func TestBuildImageContent(t *testing.T) {
+	sizes := []int64{5000, 0}
+	img, err := BuildImage(Image{Layers: sizes, Seed: 1})
+	require.NoError(t, err)
+
+	mt, err := img.MediaType()
+	require.NoError(t, err)
+	assert.Equal(t, types.OCIManifestSchema1, mt)
+	cfg, err := img.ConfigFile()
+	require.NoError(t, err)
+	assert.Equal(t, "linux", cfg.OS)
+	assert.Equal(t, runtime.GOARCH, cfg.Architecture)
+	assert.Len(t, cfg.RootFS.DiffIDs, len(sizes))
+
+	layers, err := img.Layers()
+	require.NoError(t, err)
+	require.Len(t, layers, len(sizes))
+	for i, l := range layers {
+		lmt, err := l.MediaType()
+		require.NoError(t, err)
+		assert.Equal(t, types.OCILayer, lmt)
+
+		compressed, err := l.Size()
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, compressed, sizes[i], "random content does not shrink")
+
+		rc, err := l.Uncompressed()
+		require.NoError(t, err)
+		tr := tar.NewReader(rc)
+		hdr, err := tr.Next()
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprintf("layer-%d.bin", i), hdr.Name)
+		assert.EqualValues(t, 0o644, hdr.Mode)
+		assert.Equal(t, byte(tar.TypeReg), hdr.Typeflag)
+		assert.Zero(t, hdr.ModTime.Unix())
+		n, err := io.Copy(io.Discard, tr)
+		require.NoError(t, err)
+		assert.Equal(t, sizes[i], n)
+		_, err = tr.Next()
+		assert.ErrorIs(t, err, io.EOF, "exactly one file per layer")
+		require.NoError(t, rc.Close())
+	}
+}

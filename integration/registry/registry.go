@@ -1,0 +1,159 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/handlers"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem" // registers the "filesystem" driver
+	"github.com/sirupsen/logrus"
+)
+
+// Options configures a registry started by Start.
+type Options struct {
+	// Name labels the registry in test logs and failure messages, e.g.
+	// "upstream" or "mirror". Defaults to "registry".
+	Name string
+	// ProxyRemoteURL, when set, makes the registry a pull-through cache of
+	// that upstream (e.g. another Registry's URL()).
+	ProxyRemoteURL string
+}
+
+// Registry is a CNCF Distribution registry listening on loopback. Every
+// request passes through a recorder that also injects faults.
+type Registry struct {
+	name     string
+	host     string
+	app      *handlers.App
+	recorder *recorder
+	faults   faultSlot
+}
+
+// shutdownGrace bounds how long cleanup waits for in-flight requests before
+// cutting connections; tests that stall requests on purpose should not make
+// cleanup hang.
+const shutdownGrace = 5 * time.Second
+
+var quietOnce sync.Once
+
+// quietLogs silences distribution's info-level request logging. handlers.NewApp
+// ignores config.Log and logs through logrus' standard logger, so the only
+// lever is that process-wide logger.
+func quietLogs() {
+	quietOnce.Do(func() { logrus.SetLevel(logrus.ErrorLevel) })
+}
+
+// Start runs a registry with filesystem storage in t.TempDir() on
+// 127.0.0.1 and stops it when the test ends.
+func Start(t testing.TB, opts Options) *Registry {
+	t.Helper()
+	if opts.Name == "" {
+		opts.Name = "registry"
+	}
+	quietLogs()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("registry %s: listen: %v", opts.Name, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	app, err := newApp(ctx, newConfig(t.TempDir(), opts))
+	if err != nil {
+		cancel()
+		_ = ln.Close()
+		t.Fatalf("registry %s: %v", opts.Name, err)
+	}
+
+	r := &Registry{
+		name:     opts.Name,
+		host:     ln.Addr().String(),
+		app:      app,
+		recorder: newRecorder(),
+	}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 30 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	t.Cleanup(func() {
+		defer cancel()
+		if err := r.stop(srv, served); err != nil {
+			t.Errorf("registry %s: %v", r.name, err)
+		}
+	})
+	return r
+}
+
+// newApp turns NewApp's configuration panics into errors.
+func newApp(ctx context.Context, cfg *configuration.Configuration) (app *handlers.App, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("create distribution app: %v", p)
+		}
+	}()
+	return handlers.NewApp(ctx, cfg), nil
+}
+
+func newConfig(root string, opts Options) *configuration.Configuration {
+	cfg := &configuration.Configuration{
+		Storage: configuration.Storage{
+			"filesystem": configuration.Parameters{"rootdirectory": root},
+			"delete":     configuration.Parameters{"enabled": true},
+			// The purger is a goroutine per app that would outlive the test.
+			"maintenance": configuration.Parameters{
+				"uploadpurging": map[any]any{"enabled": false},
+			},
+		},
+	}
+	cfg.Log.Level = "error"
+	cfg.Log.AccessLog.Disabled = true
+	cfg.HTTP.Secret = "integration-test-secret"
+	if opts.ProxyRemoteURL != "" {
+		// A zero TTL disables the expiry scheduler and its state-saving
+		// goroutine; cached content never needs to expire within a test.
+		noTTL := time.Duration(0)
+		cfg.Proxy = configuration.Proxy{RemoteURL: opts.ProxyRemoteURL, TTL: &noTTL}
+	}
+	return cfg
+}
+
+// stop drains the server, then waits for handlers (which may still touch
+// storage) before the app and its temp dir go away.
+func (r *Registry) stop(srv *http.Server, served <-chan error) error {
+	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	err := srv.Shutdown(ctx)
+	cancel()
+	if err != nil {
+		// Stalled handlers: closing their connections cancels their contexts.
+		_ = srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, fmt.Errorf("serve: %w", err))
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := r.recorder.waitIdle(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("wait for in-flight requests: %w", err))
+	}
+	if err := r.app.Shutdown(); err != nil {
+		errs = append(errs, fmt.Errorf("shut down app: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Name returns Options.Name.
+func (r *Registry) Name() string { return r.name }
+
+// Host returns "127.0.0.1:PORT", the form used in image references.
+func (r *Registry) Host() string { return r.host }
+
+// URL returns "http://127.0.0.1:PORT".
+func (r *Registry) URL() string { return "http://" + r.host }

@@ -1,0 +1,67 @@
+package pullwise
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+func TestConfigDecodeAndValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		toml    string
+		wantErr string
+		check   func(*testing.T, *Config)
+	}{
+		{name: "defaults", toml: "", check: func(t *testing.T, c *Config) {
+			if c.MaxParallelImagePulls != 0 || c.PullQueueTimeout != 0 || c.ProgressAddress != "127.0.0.1" ||
+				c.ProgressPort != 0 || time.Duration(c.ProgressTokenTTL) != time.Minute ||
+				c.AlwaysPullPolicy != "Always" || !c.ProtectPinnedImages {
+				t.Fatalf("unexpected defaults: %+v", c)
+			}
+		}},
+		{name: "durations", toml: "pull_queue_timeout = \"90s\"\nprogress_token_ttl = \"2m\"", check: func(t *testing.T, c *Config) {
+			if time.Duration(c.PullQueueTimeout) != 90*time.Second || time.Duration(c.ProgressTokenTTL) != 2*time.Minute {
+				t.Fatalf("durations: %s %s", c.PullQueueTimeout, c.ProgressTokenTTL)
+			}
+		}},
+		{name: "bad duration", toml: `pull_queue_timeout = "soon"`, wantErr: "invalid duration"},
+		{name: "negative limit", toml: "max_parallel_image_pulls = -1", wantErr: "max_parallel_image_pulls"},
+		{name: "bad port", toml: "progress_port = 70000", wantErr: "progress_port"},
+		{name: "zero ttl", toml: `progress_token_ttl = "0s"`, wantErr: "progress_token_ttl"},
+		{name: "bad policy", toml: `always_pull_policy = "Sometimes"`, wantErr: "always_pull_policy"},
+		{name: "IfNewerNotPresent", toml: `always_pull_policy = "IfNewerNotPresent"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			err := toml.Unmarshal([]byte(tc.toml), c)
+			if err == nil {
+				err = c.Validate()
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.check != nil {
+				tc.check(t, c)
+			}
+		})
+	}
+}
+
+func TestConfigEncodesDurationsAsStrings(t *testing.T) {
+	b, err := toml.Marshal(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "progress_token_ttl = '1m0s'") {
+		t.Fatalf("encoded config lacks the TTL as a duration string:\n%s", b)
+	}
+}

@@ -1,0 +1,58 @@
+package transfer
+
+import (
+	"github.com/containerd/platforms"
+
+	"github.com/containerd/containerd/v2/defaults"
+)
+
+// config takes the same keys as upstream's transfer plugin, so existing
+// [plugins."io.containerd.transfer.v1.local"] sections keep working.
+type config struct {
+	MaxConcurrentDownloads      int  `toml:"max_concurrent_downloads"`
+	ConcurrentLayerFetchBuffer  int  `toml:"concurrent_layer_fetch_buffer"`
+	MaxConcurrentUploadedLayers int  `toml:"max_concurrent_uploaded_layers"`
+	CheckPlatformSupported      bool `toml:"check_platform_supported"`
+	// Unset means the defaults; set but empty means no unpacking.
+	UnpackConfiguration []unpackConfig `toml:"unpack_config,omitempty"`
+	RegistryConfigPath  string         `toml:"config_path"`
+	MaxConcurrentUnpacks int           `toml:"max_concurrent_unpacks"`
+}
+
+type unpackConfig struct {
+	Platform    string   `toml:"platform"`
+	Snapshotter string   `toml:"snapshotter"`
+	Differ      string   `toml:"differ"`
+	ConfigType  string   `toml:"config_type"`
+	LayerTypes  []string `toml:"layer_types"`
+	Optional    bool     `toml:"optional"`
+}
+
+func defaultConfig() *config {
+	return &config{
+		MaxConcurrentDownloads:      3,
+		MaxConcurrentUploadedLayers: 3,
+		MaxConcurrentUnpacks:        1,
+	}
+}
+
+// defaultUnpackConfig is upstream's Linux default: the default snapshotter
+// and differ for the host platform, plus EROFS-native images when the erofs
+// snapshotter is available.
+func defaultUnpackConfig() []unpackConfig {
+	erofs := platforms.DefaultSpec()
+	erofs.OSFeatures = []string{"erofs"}
+	return []unpackConfig{
+		{
+			Platform:    platforms.Format(platforms.DefaultSpec()),
+			Snapshotter: defaults.DefaultSnapshotter,
+			Differ:      defaults.DefaultDiffer,
+		},
+		{
+			Platform:    platforms.FormatAll(erofs),
+			Snapshotter: "erofs",
+			Differ:      "erofs",
+			Optional:    true,
+		},
+	}
+}

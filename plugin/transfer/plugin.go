@@ -1,0 +1,91 @@
+// Package transfer registers the node's TransferPlugin "local" in place of
+// upstream's plugins/transfer. It builds containerd's local transfer service
+// from the same config keys and wraps it in Pullwise's transfer.Service, so
+// CRI, the transfer gRPC service (ctr) and the Pullwise API all pull through
+// Pullwise.
+package transfer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/containerd/plugin"
+	"github.com/containerd/plugin/registry"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/metadata"
+	"github.com/containerd/containerd/v2/core/transfer/local"
+	"github.com/containerd/containerd/v2/pkg/imageverifier"
+	"github.com/containerd/containerd/v2/plugins"
+
+	"github.com/pullwise/pullwise/transfer"
+
+	// Type registrations for transfer sources and destinations; without
+	// them ctr's pull, import and export requests cannot be decoded.
+	_ "github.com/containerd/containerd/v2/core/transfer/archive"
+	_ "github.com/containerd/containerd/v2/core/transfer/image"
+	_ "github.com/containerd/containerd/v2/core/transfer/registry"
+)
+
+func init() {
+	registry.Register(&plugin.Registration{
+		Type: plugins.TransferPlugin,
+		ID:   "local",
+		Requires: []plugin.Type{
+			plugins.LeasePlugin,
+			plugins.MetadataPlugin,
+			plugins.DiffPlugin,
+			plugins.ImageVerifierPlugin,
+			plugins.SnapshotPlugin,
+		},
+		Config: defaultConfig(),
+		InitFn: func(ic *plugin.InitContext) (any, error) {
+			c := ic.Config.(*config)
+			m, err := ic.GetSingle(plugins.MetadataPlugin)
+			if err != nil {
+				return nil, err
+			}
+			db := m.(*metadata.DB)
+			l, err := ic.GetSingle(plugins.LeasePlugin)
+			if err != nil {
+				return nil, err
+			}
+			verifiers, err := imageVerifiers(ic)
+			if err != nil {
+				return nil, err
+			}
+			ups, err := unpackPlatforms(ic, db, c)
+			if err != nil {
+				return nil, err
+			}
+			next := local.NewTransferService(db.ContentStore(), metadata.NewImageStore(db), local.TransferConfig{
+				Leases:                      l.(leases.Manager),
+				MaxConcurrentDownloads:      c.MaxConcurrentDownloads,
+				ConcurrentLayerFetchBuffer:  c.ConcurrentLayerFetchBuffer,
+				MaxConcurrentUploadedLayers: c.MaxConcurrentUploadedLayers,
+				MaxConcurrentUnpacks:        c.MaxConcurrentUnpacks,
+				DuplicationSuppressor:       transfer.NewKeyedLock(),
+				UnpackPlatforms:             ups,
+				Verifiers:                   verifiers,
+				RegistryConfigPath:          c.RegistryConfigPath,
+			})
+			return transfer.New(next, prometheus.DefaultRegisterer)
+		},
+	})
+}
+
+func imageVerifiers(ic *plugin.InitContext) (map[string]imageverifier.ImageVerifier, error) {
+	vps, err := ic.GetByType(plugins.ImageVerifierPlugin)
+	if errors.Is(err, plugin.ErrPluginNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image verifiers: %w", err)
+	}
+	out := make(map[string]imageverifier.ImageVerifier, len(vps))
+	for name, vp := range vps {
+		out[name] = vp.(imageverifier.ImageVerifier)
+	}
+	return out, nil
+}
