@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+)
+
+// client holds the clients of one runtime endpoint.
+type client struct {
+	endpoint string
+	conn     *grpc.ClientConn
+	runtime  criapi.RuntimeServiceClient
+	images   criapi.ImageServiceClient
+	pullwise api.PullwiseClient
+}
+
+func dial(cmd *cli.Command) (*client, error) {
+	endpoint := cmd.String("runtime-endpoint")
+	target := endpoint
+	switch {
+	case strings.HasPrefix(endpoint, "unix://"):
+		// grpc's own unix resolver takes the unix:// form as it is.
+	case strings.HasPrefix(endpoint, "/"):
+		target = "unix://" + endpoint
+	default:
+		return nil, fmt.Errorf("runtime endpoint %q: only unix sockets are supported (unix:///path)", endpoint)
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("runtime endpoint %s: %w", endpoint, err)
+	}
+	return &client{
+		endpoint: endpoint,
+		conn:     conn,
+		runtime:  criapi.NewRuntimeServiceClient(conn),
+		images:   criapi.NewImageServiceClient(conn),
+		pullwise: api.NewPullwiseClient(conn),
+	}, nil
+}
+
+func (c *client) Close() error { return c.conn.Close() }
+
+// callCtx bounds one call by --timeout.
+func callCtx(ctx context.Context, cmd *cli.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, cmd.Duration("timeout"))
+}
+
+// explain turns a gRPC error into a message a user can act on; an
+// unreachable runtime names the endpoint.
+func (c *client) explain(what string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return fmt.Errorf("cannot reach the runtime at %s: %s", c.endpoint, st.Message())
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s: no answer from %s within --timeout", what, c.endpoint)
+	case codes.Unimplemented:
+		return fmt.Errorf("%s: the runtime at %s does not serve this (%s); is it a Pullwise containerd?", what, c.endpoint, st.Message())
+	case codes.NotFound:
+		return fmt.Errorf("%s: not found: %s", what, st.Message())
+	}
+	return errors.New(what + ": " + st.Message())
+}

@@ -1,0 +1,290 @@
+// Package daemon runs the real bin/containerd for integration tests: as
+// root, with temporary root, state and socket, a generated config, and
+// overlayfs where it mounts (native otherwise). Everything it started or
+// mounted is stopped and unmounted when the test ends, pass or fail.
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"text/template"
+	"time"
+
+	"golang.org/x/sys/unix"
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Options shape the generated config.
+type Options struct {
+	// HostsDir is the registry config_path (hosts.toml tree) for CRI and the
+	// transfer service.
+	HostsDir string
+	// ExtraConfig is TOML appended to the generated config, for sections the
+	// harness does not write itself.
+	ExtraConfig string
+	// CRIImages is TOML for [plugins."io.containerd.cri.v1.images"] beyond
+	// what the harness sets (snapshotter, registry config_path).
+	CRIImages string
+}
+
+// Daemon is a running containerd.
+type Daemon struct {
+	Dir         string // holds root, state, socket, config and log
+	Root        string
+	State       string
+	Socket      string // unix socket path
+	Snapshotter string
+	MetricsAddr string // host:port of the prometheus endpoint
+
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
+}
+
+// Bin returns the path of a binary built by `make build`.
+func Bin(name string) string {
+	dir := os.Getenv("PULLWISE_BIN")
+	if dir == "" {
+		dir = "../bin"
+	}
+	p, err := filepath.Abs(filepath.Join(dir, name))
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+var configTemplate = template.Must(template.New("config").Parse(`version = 4
+root = "{{.Root}}"
+state = "{{.State}}"
+
+[plugins."io.containerd.server.v1.grpc"]
+  address = "{{.Socket}}"
+
+[plugins."io.containerd.server.v1.ttrpc"]
+  address = "{{.Socket}}.ttrpc"
+
+[plugins."io.containerd.server.v1.metrics"]
+  address = "{{.MetricsAddr}}"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "{{.Snapshotter}}"
+{{.CRIImages}}
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "{{.HostsDir}}"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # root in this sandbox may not lower oom_score_adj below its own.
+  restrict_oom_score_adj = true
+
+[plugins."io.containerd.transfer.v1.local"]
+  config_path = "{{.HostsDir}}"
+
+  [[plugins."io.containerd.transfer.v1.local".unpack_config]]
+    platform = "{{.Platform}}"
+    snapshotter = "{{.Snapshotter}}"
+    differ = "walking"
+
+{{.ExtraConfig}}
+`))
+
+// Start runs containerd and waits until it serves CRI.
+func Start(t testing.TB, opts Options) *Daemon {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pullwise-containerd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Daemon{
+		Dir:         dir,
+		Root:        filepath.Join(dir, "root"),
+		State:       filepath.Join(dir, "state"),
+		Socket:      filepath.Join(dir, "containerd.sock"),
+		Snapshotter: snapshotter(t, dir),
+		MetricsAddr: freeAddr(t),
+		logPath:     filepath.Join(dir, "containerd.log"),
+		exited:      make(chan struct{}),
+	}
+	// Cleanups run last-in first-out: stop the daemon, then unmount, then
+	// remove the directory.
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { unmountUnder(t, dir) })
+
+	var cfg bytes.Buffer
+	err = configTemplate.Execute(&cfg, map[string]string{
+		"Root": d.Root, "State": d.State, "Socket": d.Socket, "MetricsAddr": d.MetricsAddr,
+		"Snapshotter": d.Snapshotter, "HostsDir": opts.HostsDir, "Platform": hostPlatform(),
+		"CRIImages": opts.CRIImages, "ExtraConfig": opts.ExtraConfig,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfgPath, cfg.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(d.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+
+	d.cmd = exec.Command(Bin("containerd"), "--config", cfgPath, "--log-level", "debug")
+	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
+	// Own process group, so a test's ^C does not reach the daemon first and
+	// the cleanup can still stop it in order.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start containerd: %v", err)
+	}
+	go func() { _ = d.cmd.Wait(); close(d.exited) }()
+	t.Cleanup(func() { d.stop(t) })
+
+	if err := d.waitReady(60 * time.Second); err != nil {
+		t.Fatalf("containerd did not become ready: %v\n%s", err, d.LogTail(60))
+	}
+	return d
+}
+
+// Endpoint is the socket as a CRI endpoint URL.
+func (d *Daemon) Endpoint() string { return "unix://" + d.Socket }
+
+// Log returns everything the daemon logged so far.
+func (d *Daemon) Log() string {
+	b, _ := os.ReadFile(d.logPath)
+	return string(b)
+}
+
+// LogTail returns the last n lines of the daemon's log.
+func (d *Daemon) LogTail(n int) string {
+	lines := strings.Split(strings.TrimRight(d.Log(), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func (d *Daemon) waitReady(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+d.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rt := criapi.NewRuntimeServiceClient(conn)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		callCtx, callCancel := context.WithTimeout(ctx, time.Second)
+		_, err := rt.Version(callCtx, &criapi.VersionRequest{})
+		callCancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-d.exited:
+			return fmt.Errorf("containerd exited: %v", d.cmd.ProcessState)
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL if containerd has not exited in time,
+// and dumps the log tail when the test failed.
+func (d *Daemon) stop(t testing.TB) {
+	if t.Failed() {
+		t.Logf("containerd log (tail):\n%s", d.LogTail(80))
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(20 * time.Second):
+		t.Errorf("containerd ignored SIGTERM for 20s; killing it")
+		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+		<-d.exited
+	}
+}
+
+// Restart stops containerd and starts it again on the same root and state.
+func (d *Daemon) Restart(t testing.TB) {
+	t.Helper()
+	d.stop(t)
+	logFile, err := os.OpenFile(d.logPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(d.cmd.Path, d.cmd.Args[1:]...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = d.cmd.SysProcAttr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("restart containerd: %v", err)
+	}
+	d.cmd, d.exited = cmd, make(chan struct{})
+	exited := d.exited
+	go func() { _ = cmd.Wait(); close(exited) }()
+	if err := d.waitReady(60 * time.Second); err != nil {
+		t.Fatalf("containerd did not become ready after restart: %v\n%s", err, d.LogTail(60))
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// snapshotter picks overlayfs when an overlay mounts in dir's filesystem,
+// since the test root lives there, and native otherwise.
+func snapshotter(t testing.TB, dir string) string {
+	probe := filepath.Join(dir, "overlay-probe")
+	lower, upper, work, merged := filepath.Join(probe, "l"), filepath.Join(probe, "u"), filepath.Join(probe, "w"), filepath.Join(probe, "m")
+	for _, p := range []string{lower, upper, work, merged} {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer os.RemoveAll(probe)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		t.Logf("overlay does not mount here (%v): using the native snapshotter", err)
+		return "native"
+	}
+	_ = unix.Unmount(merged, 0)
+	return "overlayfs"
+}
+
+// unmountUnder unmounts every mount below dir, deepest first. containerd
+// leaves snapshot and shm mounts behind when it is killed.
+func unmountUnder(t testing.TB, dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Errorf("read mountinfo: %v", err)
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", points[i], err)
+		}
+	}
+}

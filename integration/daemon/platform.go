@@ -1,0 +1,5 @@
+package daemon
+
+import "github.com/containerd/platforms"
+
+func hostPlatform() string { return platforms.Format(platforms.DefaultSpec()) }
