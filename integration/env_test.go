@@ -1,0 +1,171 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	remote "k8s.io/cri-client/pkg"
+
+	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+	"github.com/pullwise/pullwise/integration/daemon"
+	"github.com/pullwise/pullwise/integration/registry"
+)
+
+// Mirror modes: a pull-through cache of upstream, or a second registry
+// seeded with the same images.
+const (
+	mirrorProxy  = "proxy"
+	mirrorSeeded = "seeded"
+)
+
+type envOptions struct {
+	mirror      string // "", mirrorProxy or mirrorSeeded
+	criImages   string // extra TOML for the CRI images plugin
+	extraConfig string
+}
+
+// env is one containerd with an upstream registry and, optionally, a mirror
+// for it configured through hosts.toml.
+type env struct {
+	t        *testing.T
+	d        *daemon.Daemon
+	upstream *registry.Registry
+	mirror   *registry.Registry
+	mode     string // mirror mode
+	hostsDir string
+	runtime  internalapi.RuntimeService
+	images   internalapi.ImageManagerService
+	pullwise api.PullwiseClient
+}
+
+func newEnv(t *testing.T, opts envOptions) *env {
+	t.Helper()
+	e := &env{t: t, hostsDir: t.TempDir(), mode: opts.mirror}
+	e.upstream = registry.Start(t, registry.Options{Name: "upstream"})
+	switch opts.mirror {
+	case mirrorProxy:
+		e.mirror = registry.Start(t, registry.Options{Name: "mirror", ProxyRemoteURL: e.upstream.URL()})
+	case mirrorSeeded:
+		e.mirror = registry.Start(t, registry.Options{Name: "mirror"})
+	}
+	e.writeHosts()
+	e.d = daemon.Start(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig})
+	e.connect()
+	return e
+}
+
+// writeHosts configures upstream as plain HTTP, behind the mirror if any.
+func (e *env) writeHosts() {
+	dir := filepath.Join(e.hostsDir, e.upstream.Host())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	hosts := fmt.Sprintf("server = %q\n", e.upstream.URL())
+	if e.mirror != nil {
+		hosts += fmt.Sprintf("\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", e.mirror.URL())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) connect() {
+	ctx := context.Background()
+	var err error
+	// Streaming list RPCs on, as kubelet can run them, so they get exercised.
+	e.runtime, err = remote.NewRemoteRuntimeService(ctx, e.d.Endpoint(), 10*time.Second, nil, true)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.images, err = remote.NewRemoteImageService(ctx, e.d.Endpoint(), 10*time.Second, nil, true)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(e.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	e.pullwise = api.NewPullwiseClient(conn)
+}
+
+// push seeds an image on upstream, and on a seeded mirror too.
+func (e *env) push(repo, tag string, img registry.Image) registry.Pushed {
+	e.t.Helper()
+	p := e.upstream.Push(e.t, repo, tag, img)
+	if e.mode == mirrorSeeded {
+		e.mirror.Push(e.t, repo, tag, img)
+	}
+	e.upstream.Reset()
+	if e.mirror != nil {
+		e.mirror.Reset()
+	}
+	return p
+}
+
+// run runs a binary from bin/ and returns its combined output.
+func run(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, daemon.Bin(name), args...).CombinedOutput()
+	return string(out), err
+}
+
+// ctr runs ctr against the env's containerd in namespace ns.
+func (e *env) ctr(ns string, args ...string) (string, error) {
+	return run(e.t, "ctr", append([]string{"-a", e.d.Socket, "-n", ns}, args...)...)
+}
+
+// pullctl runs pullctl against the env's containerd.
+func (e *env) pullctl(args ...string) (string, error) {
+	return run(e.t, "pullctl", append([]string{"-r", e.d.Endpoint()}, args...)...)
+}
+
+// metric returns the value of the sample whose name and labels (in
+// Prometheus text form, e.g. `x_total{a="b"}`) match exactly, or 0.
+func (e *env) metric(sample string) float64 {
+	e.t.Helper()
+	resp, err := http.Get("http://" + e.d.MetricsAddr + "/v1/metrics")
+	if err != nil {
+		e.t.Fatalf("scrape metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if ok && name == sample {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				e.t.Fatalf("metric %s: %v", sample, err)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
