@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Options shape the generated config.

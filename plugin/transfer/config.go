@@ -14,9 +14,9 @@ type config struct {
 	MaxConcurrentUploadedLayers int  `toml:"max_concurrent_uploaded_layers"`
 	CheckPlatformSupported      bool `toml:"check_platform_supported"`
 	// Unset means the defaults; set but empty means no unpacking.
-	UnpackConfiguration []unpackConfig `toml:"unpack_config,omitempty"`
-	RegistryConfigPath  string         `toml:"config_path"`
-	MaxConcurrentUnpacks int           `toml:"max_concurrent_unpacks"`
+	UnpackConfiguration  []unpackConfig `toml:"unpack_config,omitempty"`
+	RegistryConfigPath   string         `toml:"config_path"`
+	MaxConcurrentUnpacks int            `toml:"max_concurrent_unpacks"`
 }
 
 type unpackConfig struct {
