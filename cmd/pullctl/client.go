@@ -51,9 +51,19 @@ func dial(cmd *cli.Command) (*client, error) {
 
 func (c *client) Close() error { return c.conn.Close() }
 
-// callCtx bounds one call by --timeout.
-func callCtx(ctx context.Context, cmd *cli.Command) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, cmd.Duration("timeout"))
+// withClient gives a command's action a connected client and a context
+// bounded by --timeout.
+func withClient(action func(context.Context, *cli.Command, *client) error) cli.ActionFunc {
+	return func(ctx context.Context, cmd *cli.Command) error {
+		c, err := dial(cmd)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(ctx, cmd.Duration("timeout"))
+		defer cancel()
+		return action(ctx, cmd, c)
+	}
 }
 
 // explain turns a gRPC error into a message a user can act on; an

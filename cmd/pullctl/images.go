@@ -16,14 +16,7 @@ func imagesCommand() *cli.Command {
 		Usage:     "list images (CRI ListImages)",
 		ArgsUsage: "[REPOSITORY[:TAG]]",
 		Flags:     []cli.Flag{outputFlag()},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			c, err := dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			cctx, cancel := callCtx(ctx, cmd)
-			defer cancel()
+		Action: withClient(func(cctx context.Context, cmd *cli.Command, c *client) error {
 			req := &criapi.ListImagesRequest{}
 			if ref := cmd.Args().First(); ref != "" {
 				req.Filter = &criapi.ImageFilter{Image: &criapi.ImageSpec{Image: ref}}
@@ -53,7 +46,7 @@ func imagesCommand() *cli.Command {
 				}
 			}
 			return w.Flush()
-		},
+		}),
 	}
 }
 

@@ -25,14 +25,7 @@ func versionCommand() *cli.Command {
 		Name:  "version",
 		Usage: "show the runtime and Pullwise versions",
 		Flags: []cli.Flag{outputFlag()},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			c, err := dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			cctx, cancel := callCtx(ctx, cmd)
-			defer cancel()
+		Action: withClient(func(cctx context.Context, cmd *cli.Command, c *client) error {
 			rv, err := c.runtime.Version(cctx, &criapi.VersionRequest{})
 			if err != nil {
 				return c.explain("runtime version", err)
@@ -64,6 +57,6 @@ func versionCommand() *cli.Command {
 				fmt.Fprintf(w, "Warning:\t%s\n", warning)
 			}
 			return w.Flush()
-		},
+		}),
 	}
 }
