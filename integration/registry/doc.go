@@ -47,6 +47,12 @@
 // bytes, or RequireBasicAuth.
 //
 // Distribution logs through logrus' process-wide standard logger and its
-// handlers ignore the configured log level, so Start lowers that logger to
-// error level once per process.
+// handlers ignore the configured log level, so the first Start silences that
+// logger for the whole process. Set REGISTRY_LOG_LEVEL=debug (any logrus
+// level) to see the registries' logs instead.
+//
+// Every distribution app starts a notification broadcaster goroutine
+// (github.com/docker/go-events.(*Broadcaster).run) that App.Shutdown does
+// not stop; leak checkers must ignore it. Start disables the app's other
+// background goroutines (upload purger, proxy TTL scheduler).
 package registry

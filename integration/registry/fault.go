@@ -74,8 +74,8 @@ func (r *Registry) SetFault(fn FaultFunc) {
 	r.faults.Store(&fn)
 }
 
-type faultSlot = atomic.Pointer[FaultFunc]
-
+// ServeHTTP records req, applies the installed fault and otherwise hands
+// req to the distribution app.
 func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	rec := newRequest(req)
 	r.recorder.begin(rec.Repo)
@@ -127,7 +127,7 @@ func (f *Fault) apply(r *Registry, rw *responseWriter, req *http.Request, kind K
 		rw.truncateAt = f.TruncateAfter
 	}
 	r.app.ServeHTTP(rw, req)
-	return f.Delay > 0 || rw.bps > 0 || rw.truncated
+	return f.Delay > 0 || (rw.bps > 0 && rw.bytes > 0) || rw.truncated
 }
 
 // errorCode picks a distribution error code so clients that parse the body

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,7 +35,7 @@ type Registry struct {
 	host     string
 	app      *handlers.App
 	recorder *recorder
-	faults   faultSlot
+	faults   atomic.Pointer[FaultFunc]
 }
 
 // shutdownGrace bounds how long cleanup waits for in-flight requests before
@@ -43,11 +45,19 @@ const shutdownGrace = 5 * time.Second
 
 var quietOnce sync.Once
 
-// quietLogs silences distribution's info-level request logging. handlers.NewApp
-// ignores config.Log and logs through logrus' standard logger, so the only
-// lever is that process-wide logger.
+// quietLogs silences distribution's logging, which would otherwise print
+// every request and every routine 404 of a push. handlers.NewApp ignores
+// config.Log and logs through logrus' standard logger, so the only lever is
+// that process-wide logger. REGISTRY_LOG_LEVEL (e.g. "debug") brings the
+// logs back when debugging.
 func quietLogs() {
-	quietOnce.Do(func() { logrus.SetLevel(logrus.ErrorLevel) })
+	quietOnce.Do(func() {
+		level, err := logrus.ParseLevel(os.Getenv("REGISTRY_LOG_LEVEL"))
+		if err != nil {
+			level = logrus.FatalLevel
+		}
+		logrus.SetLevel(level)
+	})
 }
 
 // Start runs a registry with filesystem storage in t.TempDir() on
@@ -58,6 +68,7 @@ func Start(t testing.TB, opts Options) *Registry {
 		opts.Name = "registry"
 	}
 	quietLogs()
+	root := t.TempDir()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,7 +76,7 @@ func Start(t testing.TB, opts Options) *Registry {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	app, err := newApp(ctx, newConfig(t.TempDir(), opts))
+	app, err := newApp(ctx, newConfig(root, opts))
 	if err != nil {
 		cancel()
 		_ = ln.Close()
@@ -112,8 +123,6 @@ func newConfig(root string, opts Options) *configuration.Configuration {
 			},
 		},
 	}
-	cfg.Log.Level = "error"
-	cfg.Log.AccessLog.Disabled = true
 	cfg.HTTP.Secret = "integration-test-secret"
 	if opts.ProxyRemoteURL != "" {
 		// A zero TTL disables the expiry scheduler and its state-saving
