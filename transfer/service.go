@@ -1,74 +1,236 @@
 // Package transfer wraps containerd's local transfer service. Every image
 // pull on the node reaches it, whether it came from CRI, `ctr image pull` or
 // the Pullwise API, which makes it the one place for node-wide pull
-// behaviour: the pull gate, the progress tap and the source recorder.
+// behaviour: the fast path, dedupe, the pull gate, and (later) the progress
+// tap and the source recorder.
 package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/containerd/containerd/v2/core/transfer"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/distribution/reference"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// Pull outcomes, as counted in pullwise_pulls_total.
-const (
-	OutcomePulled = "pulled"
-	OutcomeFailed = "failed"
+	"github.com/pullwise/pullwise/transfer/dedupe"
+	"github.com/pullwise/pullwise/transfer/gate"
 )
 
 // Service is a transfer.Transferrer that passes every transfer to the
 // wrapped service and gives image pulls their own path.
 type Service struct {
-	next  transfer.Transferrer
-	pulls *prometheus.CounterVec
+	next    transfer.Transferrer
+	local   Local
+	group   dedupe.Group
+	pulls   tracker
+	metrics *metrics
+	unique  atomic.Uint64 // keys for pulls that must not be shared
+
+	gate   atomic.Pointer[gate.Gate]
+	bypass atomic.Pointer[map[string]bool] // normalized refs that skip the queue
 }
 
-// New wraps next. Metrics are registered on reg.
-func New(next transfer.Transferrer, reg prometheus.Registerer) (*Service, error) {
-	pulls := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "pullwise",
-		Name:      "pulls_total",
-		Help:      "Image pulls that went through the transfer service, by outcome.",
-	}, []string{"outcome"})
-	if err := reg.Register(pulls); err != nil {
-		return nil, fmt.Errorf("register pull metrics: %w", err)
+// New wraps next; local is what fast paths check. Metrics go to reg. Until
+// Configure is called, pulls are not limited.
+func New(next transfer.Transferrer, local Local, reg prometheus.Registerer) (*Service, error) {
+	s := &Service{next: next, local: local}
+	s.Configure(gate.New(0, 0), nil)
+	m, err := newMetrics(reg,
+		func() float64 { return float64(s.gate.Load().Running()) },
+		func() float64 { return float64(s.gate.Load().Waiting()) })
+	if err != nil {
+		return nil, err
 	}
-	for _, o := range []string{OutcomePulled, OutcomeFailed} {
-		pulls.WithLabelValues(o)
-	}
-	return &Service{next: next, pulls: pulls}, nil
+	s.metrics = m
+	return s, nil
 }
+
+// Configure sets the node-wide pull gate and the images whose pulls bypass
+// its queue (the sandbox image: no pod starts without it). Pulls already
+// queued stay in the gate they joined.
+func (s *Service) Configure(g *gate.Gate, bypassRefs []string) {
+	bypass := make(map[string]bool, len(bypassRefs))
+	for _, r := range bypassRefs {
+		bypass[normalize(r)] = true
+	}
+	s.gate.Store(g)
+	s.bypass.Store(&bypass)
+}
+
+// Pulls lists the pulls in flight or waiting, oldest first.
+func (s *Service) Pulls() []PullStatus { return s.pulls.list() }
 
 // Transfer implements transfer.Transferrer.
 func (s *Service) Transfer(ctx context.Context, src, dst any, opts ...transfer.Opt) error {
-	if isPull(src, dst) {
-		return s.pull(ctx, src, dst, opts)
+	fetcher, isFetch := src.(transfer.ImageFetcher)
+	storer, isStore := dst.(transfer.ImageStorer)
+	if isFetch && isStore {
+		return s.pull(ctx, fetcher, storer, opts)
 	}
 	return s.next.Transfer(ctx, src, dst, opts...)
 }
 
-// isPull matches what the local transfer service treats as a pull: a
-// registry source into the image store.
-func isPull(src, dst any) bool {
-	_, fetch := src.(transfer.ImageFetcher)
-	_, store := dst.(transfer.ImageStorer)
-	return fetch && store
+func (s *Service) pull(ctx context.Context, src transfer.ImageFetcher, dst transfer.ImageStorer, opts []transfer.Opt) error {
+	var cfg transfer.Config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	key, ok, err := pullKey(ctx, src, dst)
+	if err != nil {
+		log.G(ctx).WithError(err).Debug("pull cannot be shared")
+	}
+	if !ok {
+		key = "unshared/" + strconv.FormatUint(s.unique.Add(1), 10)
+	}
+	shared, err := s.group.Do(ctx, key, cfg.Progress, func(ctx context.Context, progress func(transfer.Progress)) error {
+		return s.run(ctx, src, dst, progress)
+	})
+	if shared {
+		s.metrics.pulls.WithLabelValues(OutcomeDeduped).Inc()
+	}
+	return err
 }
 
-// pull is where node-wide pull behaviour plugs in, outermost first:
-//   - the pull gate (node-wide limit, dedupe, fast path) around the call;
-//   - the source recorder, replacing src with a fetcher whose transport
-//     notes which host served each request;
-//   - the progress tap, wrapping the caller's progress func (kept, since
-//     CRI's stall timeout depends on the events).
-func (s *Service) pull(ctx context.Context, src, dst any, opts []transfer.Opt) error {
-	err := s.next.Transfer(ctx, src, dst, opts...)
+// run is one pull, shared by every identical caller. It counts its own
+// outcome, since it may outlive the caller that started it.
+func (s *Service) run(ctx context.Context, src transfer.ImageFetcher, dst transfer.ImageStorer, progress func(transfer.Progress)) (err error) {
+	ref := imageOf(src)
+	p := s.pulls.add(ref, PodFrom(ctx))
+	defer s.pulls.remove(p)
+	outcome := OutcomePulled
+	defer func() {
+		if err != nil && outcome != OutcomeTimedOut {
+			outcome = OutcomeFailed
+		}
+		s.metrics.pulls.WithLabelValues(outcome).Inc()
+	}()
+
+	desc, fast, err := s.fastPath(ctx, src, dst)
 	if err != nil {
-		s.pulls.WithLabelValues(OutcomeFailed).Inc()
 		return err
 	}
-	s.pulls.WithLabelValues(OutcomePulled).Inc()
-	return nil
+	if fast {
+		outcome = OutcomeFastPath
+		return nil
+	}
+	if desc != nil {
+		// The fast path resolved the tag already; don't ask the registry
+		// twice.
+		src = resolved{ImageFetcher: src, name: ref, desc: *desc}
+	}
+
+	g := s.gate.Load()
+	release, waited, err := g.Acquire(ctx, (*s.bypass.Load())[normalize(ref)])
+	s.metrics.waitTime.Observe(waited.Seconds())
+	if err != nil {
+		if errors.Is(err, errdefs.ErrResourceExhausted) {
+			outcome = OutcomeTimedOut
+		}
+		return fmt.Errorf("pull %s: %w", ref, err)
+	}
+	defer release()
+	s.pulls.start(p)
+
+	tap := func(ev transfer.Progress) {
+		s.pulls.observe(p, ev)
+		progress(ev)
+	}
+	return s.next.Transfer(ctx, src, dst, transfer.WithProgress(tap))
 }
+
+// fastPath completes a pull without a slot when the image is present and
+// unpacked for every platform the destination wants: a digest reference
+// with no request at all, a tag with one resolve (HEAD) whose digest is
+// unchanged. It then stores the image as the pull would have, so names
+// and labels end up the same. When it resolved the tag but cannot finish,
+// it returns the descriptor for the full pull to reuse.
+func (s *Service) fastPath(ctx context.Context, src transfer.ImageFetcher, dst transfer.ImageStorer) (*ocispec.Descriptor, bool, error) {
+	unpacker, ok := dst.(transfer.ImageUnpacker)
+	if !ok || s.local.Images == nil {
+		return nil, false, nil
+	}
+	ref := imageOf(src)
+	target, present, err := s.local.localTarget(ctx, ref)
+	if err != nil || !present {
+		return nil, false, err
+	}
+	desc := target
+	if !isDigest(ref) {
+		_, d, err := src.Resolve(ctx)
+		if err != nil {
+			// Let the full pull resolve again and report the error in its
+			// usual words.
+			log.G(ctx).WithError(err).WithField("ref", ref).Debug("fast path: resolve failed")
+			return nil, false, nil
+		}
+		desc = d
+		if d.Digest != target.Digest {
+			return &desc, false, nil
+		}
+	}
+	unpacked, err := s.local.unpacked(ctx, desc, unpacker.UnpackPlatforms())
+	if err != nil || !unpacked {
+		if !isDigest(ref) {
+			return &desc, false, nil
+		}
+		return nil, false, nil
+	}
+	if _, err := dst.Store(ctx, desc, s.local.Images); err != nil {
+		return nil, false, fmt.Errorf("store %s: %w", ref, err)
+	}
+	log.G(ctx).WithField("ref", ref).WithField("digest", desc.Digest).Debug("pull served from the local store")
+	return nil, true, nil
+}
+
+func imageOf(src any) string {
+	if n, ok := src.(imageNamer); ok {
+		return n.Image()
+	}
+	return fmt.Sprint(src)
+}
+
+func isDigest(ref string) bool {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return false
+	}
+	_, ok := named.(reference.Digested)
+	return ok
+}
+
+func normalize(ref string) string {
+	if n, err := reference.ParseDockerRef(ref); err == nil {
+		return n.String()
+	}
+	return ref
+}
+
+// resolved is a pull source whose resolve already happened. It keeps the
+// source's other faces: the download limiter reaches the source through
+// SetResolverOptions, and progress names it through String.
+type resolved struct {
+	transfer.ImageFetcher
+	name string
+	desc ocispec.Descriptor
+}
+
+func (r resolved) Resolve(context.Context) (string, ocispec.Descriptor, error) {
+	return r.name, r.desc, nil
+}
+
+func (r resolved) SetResolverOptions(opts ...transfer.ImageResolverOption) {
+	if s, ok := r.ImageFetcher.(transfer.ImageResolverOptionSetter); ok {
+		s.SetResolverOptions(opts...)
+	}
+}
+
+func (r resolved) String() string { return fmt.Sprint(r.ImageFetcher) }
+
+func (r resolved) Image() string { return r.name }

@@ -3,75 +3,250 @@ package transfer
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
+	transfertypes "github.com/containerd/containerd/api/types/transfer"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/streaming"
 	"github.com/containerd/containerd/v2/core/transfer"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pullwise/pullwise/transfer/gate"
 )
 
-// recordingTransferrer stands in for containerd's local transfer service.
-type recordingTransferrer struct {
-	calls int
-	err   error
+// fakeNext stands in for containerd's local transfer service. Pulls block
+// until released, so tests control how long a pull holds its slot.
+type fakeNext struct {
+	mu      sync.Mutex
+	calls   int
+	err     error
+	release chan struct{} // nil: return at once
+	started chan string   // image of each pull as it starts, if set
 }
 
-func (r *recordingTransferrer) Transfer(context.Context, any, any, ...transfer.Opt) error {
-	r.calls++
-	return r.err
+func (f *fakeNext) Transfer(ctx context.Context, src, _ any, opts ...transfer.Opt) error {
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+	if f.started != nil {
+		f.started <- imageOf(src)
+	}
+	var cfg transfer.Config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.Progress != nil {
+		cfg.Progress(transfer.Progress{Event: "downloading", Name: "layer-sha256:aa", Progress: 5, Total: 10})
+	}
+	if f.release != nil {
+		select {
+		case <-f.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return f.err
 }
 
-type fetcher struct{}
-
-func (fetcher) Resolve(context.Context) (string, ocispec.Descriptor, error) {
-	return "", ocispec.Descriptor{}, nil
+func (f *fakeNext) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
 }
-func (fetcher) Fetcher(context.Context, string) (transfer.Fetcher, error) { return nil, nil }
 
-type storer struct{}
+// source and dest mimic registry.OCIRegistry and image.Store closely
+// enough to be keyed: a name and a self-description.
+type source struct {
+	ref   string
+	creds string // "" for none
+}
 
-func (storer) Store(context.Context, ocispec.Descriptor, images.Store) ([]images.Image, error) {
+func (s source) Image() string { return s.ref }
+func (s source) Resolve(context.Context) (string, ocispec.Descriptor, error) {
+	return s.ref, ocispec.Descriptor{}, nil
+}
+func (s source) Fetcher(context.Context, string) (transfer.Fetcher, error) { return nil, nil }
+func (s source) MarshalAny(ctx context.Context, sm streaming.StreamCreator) (typeurl.Any, error) {
+	res := &transfertypes.RegistryResolver{}
+	if s.creds != "" {
+		st, err := sm.Create(ctx, "creds")
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			for {
+				if _, err := st.Recv(); err != nil {
+					return
+				}
+				a, _ := typeurl.MarshalAny(&transfertypes.AuthResponse{AuthType: transfertypes.AuthType_CREDENTIALS, Username: "u", Secret: s.creds})
+				if st.Send(a) != nil {
+					return
+				}
+			}
+		}()
+		res.AuthStream = "creds"
+	}
+	return typeurl.MarshalAny(&transfertypes.OCIRegistry{Reference: s.ref, Resolver: res})
+}
+
+type dest struct{ name string }
+
+func (d dest) Store(context.Context, ocispec.Descriptor, images.Store) ([]images.Image, error) {
 	return nil, nil
 }
+func (d dest) MarshalAny(context.Context, streaming.StreamCreator) (typeurl.Any, error) {
+	return typeurl.MarshalAny(&transfertypes.ImageStore{Name: d.name, Labels: map[string]string{"a": "1", "b": "2", "c": "3"}})
+}
 
-func TestServiceCountsPullsAndPassesEverythingOn(t *testing.T) {
+func newService(t *testing.T, next transfer.Transferrer) *Service {
+	t.Helper()
+	s, err := New(next, Local{}, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func outcome(s *Service, o string) float64 { return testutil.ToFloat64(s.metrics.pulls.WithLabelValues(o)) }
+
+func TestNonPullsPassThrough(t *testing.T) {
+	next := &fakeNext{err: errors.New("boom")}
+	s := newService(t, next)
+	if err := s.Transfer(context.Background(), "archive", "store"); !errors.Is(err, next.err) {
+		t.Fatalf("got %v", err)
+	}
+	if next.count() != 1 || outcome(s, OutcomePulled)+outcome(s, OutcomeFailed) != 0 {
+		t.Fatalf("non-pull counted as a pull")
+	}
+}
+
+func TestPullOutcomes(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		src, dst any
-		err      error
-		pulled   float64
-		failed   float64
+		name string
+		err  error
+		want string
 	}{
-		{name: "pull", src: fetcher{}, dst: storer{}, pulled: 1},
-		{name: "failed pull", src: fetcher{}, dst: storer{}, err: errors.New("boom"), failed: 1},
-		{name: "not a pull", src: storer{}, dst: storer{}},
-		{name: "not a pull, failing", src: "x", dst: "y", err: errors.New("boom")},
+		{"pulled", nil, OutcomePulled},
+		{"failed", errors.New("boom"), OutcomeFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			next := &recordingTransferrer{err: tc.err}
-			s, err := New(next, prometheus.NewRegistry())
-			if err != nil {
-				t.Fatal(err)
+			next := &fakeNext{err: tc.err}
+			s := newService(t, next)
+			err := s.Transfer(context.Background(), source{ref: "example.com/a:1"}, dest{name: "example.com/a:1"})
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("got %v", err)
 			}
-			if err := s.Transfer(context.Background(), tc.src, tc.dst); !errors.Is(err, tc.err) {
-				t.Fatalf("Transfer returned %v, want %v", err, tc.err)
-			}
-			if next.calls != 1 {
-				t.Fatalf("wrapped service called %d times, want 1", next.calls)
-			}
-			if got := testutil.ToFloat64(s.pulls.WithLabelValues(OutcomePulled)); got != tc.pulled {
-				t.Errorf("pulled = %v, want %v", got, tc.pulled)
-			}
-			if got := testutil.ToFloat64(s.pulls.WithLabelValues(OutcomeFailed)); got != tc.failed {
-				t.Errorf("failed = %v, want %v", got, tc.failed)
+			if outcome(s, tc.want) != 1 {
+				t.Fatalf("%s not counted", tc.want)
 			}
 		})
 	}
 }
 
+func TestIdenticalPullsShareOneTransfer(t *testing.T) {
+	next := &fakeNext{release: make(chan struct{}), started: make(chan string, 10)}
+	s := newService(t, next)
+	const callers = 10
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			errs <- s.Transfer(context.Background(), source{ref: "example.com/a:1", creds: "x"}, dest{name: "example.com/a:1"})
+		}()
+	}
+	<-next.started
+	waitUntil(t, "all callers joined", func() bool { return s.group.Callers() == callers })
+	close(next.release)
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if next.count() != 1 {
+		t.Fatalf("%d transfers for %d identical pulls", next.count(), callers)
+	}
+	if outcome(s, OutcomeDeduped) != callers-1 || outcome(s, OutcomePulled) != 1 {
+		t.Fatalf("deduped %v pulled %v", outcome(s, OutcomeDeduped), outcome(s, OutcomePulled))
+	}
+}
+
+func TestDifferentCredentialsNeverShare(t *testing.T) {
+	next := &fakeNext{release: make(chan struct{}), started: make(chan string, 2)}
+	s := newService(t, next)
+	errs := make(chan error, 2)
+	for _, creds := range []string{"alice", "bob"} {
+		go func() {
+			errs <- s.Transfer(context.Background(), source{ref: "example.com/a:1", creds: creds}, dest{name: "example.com/a:1"})
+		}()
+	}
+	<-next.started
+	<-next.started // both started: they did not share
+	close(next.release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if outcome(s, OutcomeDeduped) != 0 {
+		t.Fatal("pulls with different credentials were shared")
+	}
+}
+
+func TestGateLimitsAndTimesOut(t *testing.T) {
+	next := &fakeNext{release: make(chan struct{}), started: make(chan string, 5)}
+	s := newService(t, next)
+	s.Configure(gate.New(1, 20*time.Millisecond), []string{"example.com/pause:3.10"})
+
+	first := make(chan error, 1)
+	go func() { first <- s.Transfer(context.Background(), source{ref: "example.com/a:1"}, dest{name: "a"}) }()
+	<-next.started
+	if got := s.Pulls(); len(got) != 1 || got[0].State != StatePulling || got[0].BytesDone != 5 || got[0].BytesTotal != 10 {
+		t.Fatalf("Pulls() = %+v", got)
+	}
+
+	err := s.Transfer(context.Background(), source{ref: "example.com/b:1"}, dest{name: "b"})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("queued pull got %v, want ResourceExhausted", err)
+	}
+	if outcome(s, OutcomeTimedOut) != 1 {
+		t.Fatal("time-out not counted")
+	}
+
+	// The sandbox image skips the full queue (short name, normalized).
+	sandbox := make(chan error, 1)
+	go func() { sandbox <- s.Transfer(context.Background(), source{ref: "example.com/pause:3.10"}, dest{name: "p"}) }()
+	if got := <-next.started; got != "example.com/pause:3.10" {
+		t.Fatalf("started %s", got)
+	}
+	close(next.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sandbox; err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Pulls()) != 0 {
+		t.Fatalf("pulls left: %+v", s.Pulls())
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 var (
-	_ transfer.ImageFetcher = fetcher{}
-	_ transfer.ImageStorer  = storer{}
+	_ transfer.ImageFetcher = source{}
+	_ transfer.ImageStorer  = dest{}
 )

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+	"github.com/pullwise/pullwise/transfer"
 )
 
 // Runtime describes the runtime the service is compiled into.
@@ -19,6 +20,8 @@ type Runtime struct {
 	// when not, a warning for the operator. It is asked on every call since
 	// CRI may load after this service.
 	PullPath func() (usesTransfer bool, warning string)
+	// Pulls lists the node's pulls in flight or waiting.
+	Pulls func() []transfer.PullStatus
 }
 
 // Service is the Pullwise API. RPCs that later work implements answer
@@ -51,6 +54,22 @@ func (s *Service) Version(context.Context, *api.VersionRequest) (*api.VersionRes
 	resp.CriPullsUseTransfer = usesTransfer
 	if warning != "" {
 		resp.Warnings = append(resp.Warnings, warning)
+	}
+	return resp, nil
+}
+
+// ListPulls implements api.PullwiseServer.
+func (s *Service) ListPulls(context.Context, *api.ListPullsRequest) (*api.ListPullsResponse, error) {
+	resp := &api.ListPullsResponse{}
+	for _, p := range s.rt.Pulls() {
+		resp.Pulls = append(resp.Pulls, &api.Pull{
+			Image:      p.Image,
+			Pod:        p.Pod,
+			State:      p.State,
+			WaitedMs:   p.Waited.Milliseconds(),
+			BytesDone:  p.BytesDone,
+			BytesTotal: p.BytesTotal,
+		})
 	}
 	return resp, nil
 }

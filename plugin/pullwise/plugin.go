@@ -4,6 +4,9 @@
 package pullwise
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/containerd/log"
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
@@ -13,9 +16,12 @@ import (
 	ctrdversion "github.com/containerd/containerd/v2/version"
 
 	"github.com/pullwise/pullwise/cri/observe"
+	"github.com/pullwise/pullwise/cri/podctx"
 	"github.com/pullwise/pullwise/cri/service"
 	"github.com/pullwise/pullwise/plugin/interceptor"
 	"github.com/pullwise/pullwise/plugin/version"
+	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/gate"
 )
 
 func init() {
@@ -27,19 +33,44 @@ func init() {
 		// path before it is read here.
 		Requires: []plugin.Type{plugins.CRIServicePlugin},
 		InitFn: func(ic *plugin.InitContext) (any, error) {
-			if err := ic.Config.(*Config).Validate(); err != nil {
+			c := ic.Config.(*Config)
+			if err := c.Validate(); err != nil {
 				return nil, err
 			}
 			pullPath := func() (bool, string) { return criPullPath(ic.Plugins()) }
 			if ok, warning := pullPath(); !ok {
 				log.G(ic.Context).Warn("!!! " + warning)
 			}
+			t, err := ic.GetSingle(plugins.TransferPlugin)
+			if err != nil {
+				return nil, err
+			}
+			ts, ok := t.(*transfer.Service)
+			if !ok {
+				return nil, fmt.Errorf("transfer plugin is %T, not Pullwise's: is upstream's plugins/transfer built in?", t)
+			}
+			pinned := criPinnedImages(ic)
+			ts.Configure(gate.New(c.MaxParallelImagePulls, time.Duration(c.PullQueueTimeout)), pinned)
+			log.G(ic.Context).WithFields(log.Fields{
+				"max_parallel_image_pulls": c.MaxParallelImagePulls,
+				"pull_queue_timeout":       c.PullQueueTimeout,
+				"queue_bypass":             pinned,
+			}).Info("pull gate configured")
 			return service.New(service.Runtime{
 				PullwiseVersion: version.Version,
 				Name:            ctrdversion.Name,
 				Version:         ctrdversion.Version,
 				PullPath:        pullPath,
+				Pulls:           ts.Pulls,
 			}), nil
+		},
+	})
+
+	registry.Register(&plugin.Registration{
+		Type: interceptor.Plugin,
+		ID:   "pull-pod",
+		InitFn: func(*plugin.InitContext) (any, error) {
+			return podctx.Interceptor{}, nil
 		},
 	})
 
@@ -69,4 +100,18 @@ func criPullPath(set *plugin.Set) (bool, string) {
 		return false, service.BypassWarning
 	}
 	return true, ""
+}
+
+// criPinnedImages returns the images CRI pins (the sandbox image among
+// them), whose pulls skip the queue: no pod starts without them.
+func criPinnedImages(ic *plugin.InitContext) []string {
+	p := ic.Plugins().Get(plugins.CRIServicePlugin, "images")
+	if p == nil {
+		return nil
+	}
+	refs, err := service.CRIPinnedImages(p.Config)
+	if err != nil {
+		log.G(ic.Context).WithError(err).Warn("cannot read CRI pinned_images: the sandbox image will queue like any pull")
+	}
+	return refs
 }

@@ -70,7 +70,11 @@ func init() {
 				Verifiers:                   verifiers,
 				RegistryConfigPath:          c.RegistryConfigPath,
 			})
-			return transfer.New(next, prometheus.DefaultRegisterer)
+			return transfer.New(next, transfer.Local{
+				Images:      metadata.NewImageStore(db),
+				Content:     db.ContentStore(),
+				Snapshotter: db.Snapshotter,
+			}, prometheus.DefaultRegisterer)
 		},
 	})
 }

@@ -36,6 +36,22 @@ func TestCRIUsesTransfer(t *testing.T) {
 	}
 }
 
+func TestCRIPinnedImages(t *testing.T) {
+	type imageConfig struct {
+		PinnedImages map[string]string `json:"pinned_images"`
+	}
+	got, err := CRIPinnedImages(&imageConfig{PinnedImages: map[string]string{"sandbox": "registry.k8s.io/pause:3.10", "other": "b:1", "empty": ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "b:1,registry.k8s.io/pause:3.10" {
+		t.Fatalf("got %q", got)
+	}
+	if got, err := CRIPinnedImages(&imageConfig{}); err != nil || len(got) != 0 {
+		t.Fatalf("no pins: %q %v", got, err)
+	}
+}
+
 func TestVersionReportsBypass(t *testing.T) {
 	for _, usesTransfer := range []bool{true, false} {
 		s := New(Runtime{

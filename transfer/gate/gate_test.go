@@ -1,0 +1,246 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+// waitFor polls a condition the test cannot be told about directly, such
+// as a goroutine having joined the queue.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		runtime.Gosched()
+	}
+}
+
+func mustAcquire(t *testing.T, g *Gate) func() {
+	t.Helper()
+	release, _, err := g.Acquire(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
+func TestUnlimitedNeverWaits(t *testing.T) {
+	g := New(0, 0)
+	var releases []func()
+	for range 100 {
+		releases = append(releases, mustAcquire(t, g))
+	}
+	if g.Running() != 100 || g.Waiting() != 0 {
+		t.Fatalf("running %d waiting %d", g.Running(), g.Waiting())
+	}
+	for _, r := range releases {
+		r()
+	}
+	if g.Running() != 0 {
+		t.Fatalf("running %d after all released", g.Running())
+	}
+}
+
+func TestLimitHeld(t *testing.T) {
+	const limit, pulls = 3, 12
+	g := New(limit, 0)
+	var (
+		mu      sync.Mutex
+		ran     int
+		maxRun  int
+		running int
+		wg      sync.WaitGroup
+	)
+	held := make([]func(), limit)
+	for i := range held {
+		held[i] = mustAcquire(t, g)
+	}
+	proceed := make(chan struct{})
+	for i := range pulls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			release, _, err := g.Acquire(context.Background(), false)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			ran++
+			running++
+			maxRun = max(maxRun, running)
+			mu.Unlock()
+			<-proceed
+			mu.Lock()
+			running--
+			mu.Unlock()
+			release()
+		}()
+		// Queue them one by one so the expected order is known.
+		waitFor(t, "waiter to queue", func() bool { return g.Waiting() == i+1 })
+	}
+	for _, r := range held {
+		r()
+	}
+	close(proceed)
+	wg.Wait()
+	if maxRun > limit {
+		t.Fatalf("%d pulls held slots at once, limit %d", maxRun, limit)
+	}
+	if ran != pulls {
+		t.Fatalf("%d pulls ran, want %d", ran, pulls)
+	}
+	if g.Running() != 0 || g.Waiting() != 0 {
+		t.Fatalf("leftover: running %d waiting %d", g.Running(), g.Waiting())
+	}
+}
+
+// TestStrictFIFO grants one slot at a time, so the grant order is exactly
+// observable.
+func TestStrictFIFO(t *testing.T) {
+	g := New(1, 0)
+	release := mustAcquire(t, g)
+	granted := make(chan int, 10)
+	releases := make(chan func(), 10)
+	for i := range 10 {
+		go func() {
+			r, _, err := g.Acquire(context.Background(), false)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			granted <- i
+			releases <- r
+		}()
+		waitFor(t, "waiter to queue", func() bool { return g.Waiting() == i+1 })
+	}
+	release()
+	for want := range 10 {
+		if got := <-granted; got != want {
+			t.Fatalf("slot %d went to waiter %d, want FIFO", want, got)
+		}
+		(<-releases)()
+	}
+}
+
+func TestCancelledWaitersLeakNothing(t *testing.T) {
+	g := New(2, 0)
+	held := []func(){mustAcquire(t, g), mustAcquire(t, g)}
+	type queued struct {
+		cancel context.CancelFunc
+		done   chan error
+		rel    chan func()
+	}
+	var qs []queued
+	for i := range 50 {
+		ctx, cancel := context.WithCancel(context.Background())
+		q := queued{cancel: cancel, done: make(chan error, 1), rel: make(chan func(), 1)}
+		go func() {
+			r, _, err := g.Acquire(ctx, false)
+			if err == nil {
+				q.rel <- r
+			}
+			q.done <- err
+		}()
+		qs = append(qs, q)
+		waitFor(t, "waiter to queue", func() bool { return g.Waiting() == i+1 })
+	}
+	rand.Shuffle(len(qs), func(i, j int) { qs[i], qs[j] = qs[j], qs[i] })
+	for _, q := range qs {
+		q.cancel()
+		if err := <-q.done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled waiter got %v", err)
+		}
+	}
+	if g.Waiting() != 0 {
+		t.Fatalf("%d waiters left after all cancelled", g.Waiting())
+	}
+	for _, r := range held {
+		r()
+	}
+	// Both slots are free again: two pulls start at once.
+	a, b := mustAcquire(t, g), mustAcquire(t, g)
+	if g.Running() != 2 {
+		t.Fatalf("running %d", g.Running())
+	}
+	a()
+	b()
+	if g.Running() != 0 {
+		t.Fatalf("running %d after release", g.Running())
+	}
+}
+
+func TestQueueTimeoutIsResourceExhausted(t *testing.T) {
+	g := New(1, 20*time.Millisecond)
+	release := mustAcquire(t, g)
+	defer release()
+	_, waited, err := g.Acquire(context.Background(), false)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("got %v, want ResourceExhausted", err)
+	}
+	for _, want := range []string{"1 slots", "max_parallel_image_pulls", "20ms"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q lacks %q", err, want)
+		}
+	}
+	if waited < 20*time.Millisecond {
+		t.Errorf("gave up after %s, before the timeout", waited)
+	}
+	if g.Waiting() != 0 {
+		t.Fatalf("timed-out waiter still queued")
+	}
+}
+
+func TestBypassSkipsFullQueue(t *testing.T) {
+	g := New(1, 0)
+	release := mustAcquire(t, g)
+	queued := make(chan error, 1)
+	go func() {
+		r, _, err := g.Acquire(context.Background(), false)
+		if err == nil {
+			defer r()
+		}
+		queued <- err
+	}()
+	waitFor(t, "waiter to queue", func() bool { return g.Waiting() == 1 })
+
+	sandbox, waited, err := g.Acquire(context.Background(), true)
+	if err != nil || waited != 0 {
+		t.Fatalf("bypass waited %s, err %v", waited, err)
+	}
+	// The bypass pull finishing must not let the waiter exceed the limit.
+	sandbox()
+	if g.Waiting() != 1 || g.Running() != 1 {
+		t.Fatalf("after bypass release: running %d waiting %d, want 1 and 1", g.Running(), g.Waiting())
+	}
+	release()
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReleaseTwiceFreesOnce(t *testing.T) {
+	g := New(1, 0)
+	r := mustAcquire(t, g)
+	r()
+	r()
+	if g.Running() != 0 {
+		t.Fatalf("running %d", g.Running())
+	}
+	r2 := mustAcquire(t, g)
+	defer r2()
+	if g.Running() != 1 {
+		t.Fatalf("running %d after double release and one acquire", g.Running())
+	}
+}

@@ -1,0 +1,98 @@
+package transfer
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/transfer"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Pull states, as ListPulls reports them.
+const (
+	StateWaiting = "waiting" // queued for a slot
+	StatePulling = "pulling"
+)
+
+// PullStatus is one pull in flight or waiting, shared callers counted once.
+type PullStatus struct {
+	Image      string
+	Pod        *runtime.PodSandboxMetadata // nil when no pod asked
+	State      string
+	Waited     time.Duration // time spent queued for a slot so far
+	BytesDone  int64
+	BytesTotal int64
+}
+
+// tracker knows the pulls in flight, for ListPulls.
+type tracker struct {
+	mu    sync.Mutex
+	pulls map[*pull]struct{}
+}
+
+type pull struct {
+	image    string
+	pod      *runtime.PodSandboxMetadata
+	queued   time.Time
+	started  time.Time                    // zero while waiting
+	progress map[string]transfer.Progress // latest per descriptor
+}
+
+func (t *tracker) add(image string, pod *runtime.PodSandboxMetadata) *pull {
+	p := &pull{image: image, pod: pod, queued: time.Now(), progress: map[string]transfer.Progress{}}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pulls == nil {
+		t.pulls = map[*pull]struct{}{}
+	}
+	t.pulls[p] = struct{}{}
+	return p
+}
+
+func (t *tracker) remove(p *pull) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.pulls, p)
+}
+
+func (t *tracker) start(p *pull) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p.started = time.Now()
+}
+
+// observe keeps the latest progress of each descriptor of a pull. Called
+// on the pull's own goroutine, so it must stay cheap.
+func (t *tracker) observe(p *pull, ev transfer.Progress) {
+	if ev.Name == "" || ev.Total == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p.progress[ev.Name] = ev
+}
+
+func (t *tracker) list() []PullStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	pulls := make([]*pull, 0, len(t.pulls))
+	for p := range t.pulls {
+		pulls = append(pulls, p)
+	}
+	slices.SortFunc(pulls, func(a, b *pull) int { return a.queued.Compare(b.queued) })
+	out := make([]PullStatus, 0, len(pulls))
+	for _, p := range pulls {
+		s := PullStatus{Image: p.image, Pod: p.pod, State: StateWaiting, Waited: now.Sub(p.queued)}
+		if !p.started.IsZero() {
+			s.State, s.Waited = StatePulling, p.started.Sub(p.queued)
+		}
+		for _, ev := range p.progress {
+			s.BytesDone += ev.Progress
+			s.BytesTotal += ev.Total
+		}
+		out = append(out, s)
+	}
+	return out
+}
