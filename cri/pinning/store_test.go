@@ -1,0 +1,105 @@
+package pinning
+
+import (
+	"context"
+	"maps"
+	"path/filepath"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/events/exchange"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/metadata"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/plugins/content/local"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	bolt "go.etcd.io/bbolt"
+)
+
+// testStore is containerd's metadata image store on a bolt DB in a temp
+// dir, publishing image events on a real exchange, as in the daemon.
+type testStore struct {
+	images.Store
+	events *exchange.Exchange
+}
+
+func newTestStore(t *testing.T) *testStore {
+	t.Helper()
+	dir := t.TempDir()
+	bdb, err := bolt.Open(filepath.Join(dir, "meta.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bdb.Close() })
+	cs, err := local.NewStore(filepath.Join(dir, "content"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := exchange.NewExchange()
+	db := metadata.NewDB(bdb, cs, nil, metadata.WithEventsPublisher(ex))
+	if err := db.Init(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &testStore{Store: metadata.NewImageStore(db), events: ex}
+}
+
+// record is an image record to seed; ns defaults to Namespace.
+type record struct {
+	ns     string
+	name   string
+	target digest.Digest
+	labels map[string]string
+}
+
+func (s *testStore) create(t *testing.T, r record) {
+	t.Helper()
+	if _, err := s.Create(nsCtx(r.ns), images.Image{Name: r.name, Target: target(r.target), Labels: maps.Clone(r.labels)}); err != nil {
+		t.Fatalf("create %s: %v", r.name, err)
+	}
+}
+
+// labels returns a record's labels, never nil.
+func (s *testStore) labels(t *testing.T, ns, name string) map[string]string {
+	t.Helper()
+	img, err := s.Get(nsCtx(ns), name)
+	if err != nil {
+		t.Fatalf("get %s: %v", name, err)
+	}
+	if img.Labels == nil {
+		return map[string]string{}
+	}
+	return img.Labels
+}
+
+func nsCtx(ns string) context.Context {
+	if ns == "" {
+		ns = Namespace
+	}
+	return namespaces.WithNamespace(context.Background(), ns)
+}
+
+func target(d digest.Digest) ocispec.Descriptor {
+	return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: d, Size: 512}
+}
+
+// Digests of four manifests and two image configs (image IDs).
+var (
+	pauseManifest    = digest.FromString("pause 3.10 manifest")
+	newPauseManifest = digest.FromString("pause 3.11 manifest")
+	appManifest      = digest.FromString("app manifest")
+	otherManifest    = digest.FromString("other manifest")
+	pauseID          = digest.FromString("pause 3.10 config").String()
+	newPauseID       = digest.FromString("pause 3.11 config").String()
+)
+
+// Label sets as the reconciler leaves them.
+var (
+	pinnedByConfig = map[string]string{PinnedLabel: PinnedValue, MarkerLabel: MarkerValue}
+	pinnedByHand   = map[string]string{PinnedLabel: PinnedValue}
+)
+
+func with(a, b map[string]string) map[string]string {
+	m := maps.Clone(a)
+	maps.Copy(m, b)
+	return m
+}
