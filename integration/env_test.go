@@ -34,6 +34,9 @@ type envOptions struct {
 	mirror      string // "", mirrorProxy or mirrorSeeded
 	criImages   string // extra TOML for the CRI images plugin
 	extraConfig string
+	// noKeepAlive makes the registries close connections after each
+	// response, for tests that count containerd's goroutines.
+	noKeepAlive bool
 }
 
 // env is one containerd with an upstream registry and, optionally, a mirror
@@ -53,7 +56,7 @@ type env struct {
 func newEnv(t *testing.T, opts envOptions) *env {
 	t.Helper()
 	e := &env{t: t, hostsDir: t.TempDir(), mode: opts.mirror}
-	e.upstream = registry.Start(t, registry.Options{Name: "upstream"})
+	e.upstream = registry.Start(t, registry.Options{Name: "upstream", DisableKeepAlives: opts.noKeepAlive})
 	switch opts.mirror {
 	case mirrorProxy:
 		e.mirror = registry.Start(t, registry.Options{Name: "mirror", ProxyRemoteURL: e.upstream.URL()})
@@ -138,7 +141,10 @@ func (e *env) pullctl(args ...string) (string, error) {
 // Prometheus text form, e.g. `x_total{a="b"}`) match exactly, or 0.
 func (e *env) metric(sample string) float64 {
 	e.t.Helper()
-	resp, err := http.Get("http://" + e.d.MetricsAddr + "/v1/metrics")
+	// No keep-alive, so scraping leaves no connection (and goroutines)
+	// behind in containerd.
+	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + e.d.MetricsAddr + "/v1/metrics")
 	if err != nil {
 		e.t.Fatalf("scrape metrics: %v", err)
 	}
@@ -168,4 +174,11 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// restartWith restarts containerd with a config for opts, keeping its root,
+// state and registries; clients reconnect by themselves.
+func (e *env) restartWith(t *testing.T, opts envOptions) {
+	t.Helper()
+	e.d.RestartWith(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig})
 }

@@ -23,6 +23,7 @@ type PullStatus struct {
 	Waited     time.Duration // time spent queued for a slot so far
 	BytesDone  int64
 	BytesTotal int64
+	Callers    int // callers sharing the pull
 }
 
 // tracker knows the pulls in flight, for ListPulls.
@@ -32,6 +33,7 @@ type tracker struct {
 }
 
 type pull struct {
+	key      string // dedupe key, to count the callers sharing it
 	image    string
 	pod      *runtime.PodSandboxMetadata
 	queued   time.Time
@@ -39,8 +41,8 @@ type pull struct {
 	progress map[string]transfer.Progress // latest per descriptor
 }
 
-func (t *tracker) add(image string, pod *runtime.PodSandboxMetadata) *pull {
-	p := &pull{image: image, pod: pod, queued: time.Now(), progress: map[string]transfer.Progress{}}
+func (t *tracker) add(key, image string, pod *runtime.PodSandboxMetadata) *pull {
+	p := &pull{key: key, image: image, pod: pod, queued: time.Now(), progress: map[string]transfer.Progress{}}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.pulls == nil {
@@ -73,7 +75,7 @@ func (t *tracker) observe(p *pull, ev transfer.Progress) {
 	p.progress[ev.Name] = ev
 }
 
-func (t *tracker) list() []PullStatus {
+func (t *tracker) list(callers func(key string) int) []PullStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
@@ -84,7 +86,7 @@ func (t *tracker) list() []PullStatus {
 	slices.SortFunc(pulls, func(a, b *pull) int { return a.queued.Compare(b.queued) })
 	out := make([]PullStatus, 0, len(pulls))
 	for _, p := range pulls {
-		s := PullStatus{Image: p.image, Pod: p.pod, State: StateWaiting, Waited: now.Sub(p.queued)}
+		s := PullStatus{Image: p.image, Pod: p.pod, State: StateWaiting, Waited: now.Sub(p.queued), Callers: callers(p.key)}
 		if !p.started.IsZero() {
 			s.State, s.Waited = StatePulling, p.started.Sub(p.queued)
 		}

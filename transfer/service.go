@@ -65,7 +65,7 @@ func (s *Service) Configure(g *gate.Gate, bypassRefs []string) {
 }
 
 // Pulls lists the pulls in flight or waiting, oldest first.
-func (s *Service) Pulls() []PullStatus { return s.pulls.list() }
+func (s *Service) Pulls() []PullStatus { return s.pulls.list(s.group.CallersOf) }
 
 // Transfer implements transfer.Transferrer.
 func (s *Service) Transfer(ctx context.Context, src, dst any, opts ...transfer.Opt) error {
@@ -90,7 +90,7 @@ func (s *Service) pull(ctx context.Context, src transfer.ImageFetcher, dst trans
 		key = "unshared/" + strconv.FormatUint(s.unique.Add(1), 10)
 	}
 	shared, err := s.group.Do(ctx, key, cfg.Progress, func(ctx context.Context, progress func(transfer.Progress)) error {
-		return s.run(ctx, src, dst, progress)
+		return s.run(ctx, key, src, dst, progress)
 	})
 	if shared {
 		s.metrics.pulls.WithLabelValues(OutcomeDeduped).Inc()
@@ -100,9 +100,9 @@ func (s *Service) pull(ctx context.Context, src transfer.ImageFetcher, dst trans
 
 // run is one pull, shared by every identical caller. It counts its own
 // outcome, since it may outlive the caller that started it.
-func (s *Service) run(ctx context.Context, src transfer.ImageFetcher, dst transfer.ImageStorer, progress func(transfer.Progress)) (err error) {
+func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher, dst transfer.ImageStorer, progress func(transfer.Progress)) (err error) {
 	ref := imageOf(src)
-	p := s.pulls.add(ref, PodFrom(ctx))
+	p := s.pulls.add(key, ref, PodFrom(ctx))
 	defer s.pulls.remove(p)
 	outcome := OutcomePulled
 	defer func() {

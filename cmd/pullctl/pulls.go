@@ -25,7 +25,7 @@ func pullsCommand() *cli.Command {
 				return printJSON(cmd.Root().Writer, resp)
 			}
 			w := newTable(cmd.Root().Writer)
-			fmt.Fprintln(w, "IMAGE\tPOD\tSTATE\tWAITED\tPROGRESS")
+			fmt.Fprintln(w, "IMAGE\tPOD\tSTATE\tCALLERS\tWAITED\tPROGRESS")
 			for _, p := range resp.GetPulls() {
 				pod := "-"
 				if md := p.GetPod(); md != nil {
@@ -36,7 +36,7 @@ func pullsCommand() *cli.Command {
 					progress = fmt.Sprintf("%s / %s", units.HumanSize(float64(p.GetBytesDone())), units.HumanSize(float64(p.GetBytesTotal())))
 				}
 				waited := (time.Duration(p.GetWaitedMs()) * time.Millisecond).Round(100 * time.Millisecond)
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.GetImage(), pod, p.GetState(), waited, progress)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", p.GetImage(), pod, p.GetState(), p.GetCallers(), waited, progress)
 			}
 			return w.Flush()
 		}),

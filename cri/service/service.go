@@ -69,6 +69,7 @@ func (s *Service) ListPulls(context.Context, *api.ListPullsRequest) (*api.ListPu
 			WaitedMs:   p.Waited.Milliseconds(),
 			BytesDone:  p.BytesDone,
 			BytesTotal: p.BytesTotal,
+			Callers:    int32(p.Callers),
 		})
 	}
 	return resp, nil

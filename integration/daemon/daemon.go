@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,7 @@ type Daemon struct {
 	Socket      string // unix socket path
 	Snapshotter string
 	MetricsAddr string // host:port of the prometheus endpoint
+	DebugSocket string // pprof over HTTP on a unix socket
 
 	cmd     *exec.Cmd
 	logPath string
@@ -76,6 +78,9 @@ state = "{{.State}}"
 
 [plugins."io.containerd.server.v1.metrics"]
   address = "{{.MetricsAddr}}"
+
+[plugins."io.containerd.server.v1.debug"]
+  address = "{{.DebugSocket}}"
 
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "{{.Snapshotter}}"
@@ -112,6 +117,7 @@ func Start(t testing.TB, opts Options) *Daemon {
 		Socket:      filepath.Join(dir, "containerd.sock"),
 		Snapshotter: snapshotter(t, dir),
 		MetricsAddr: freeAddr(t),
+		DebugSocket: filepath.Join(dir, "debug.sock"),
 		logPath:     filepath.Join(dir, "containerd.log"),
 		exited:      make(chan struct{}),
 	}
@@ -120,19 +126,7 @@ func Start(t testing.TB, opts Options) *Daemon {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	t.Cleanup(func() { unmountUnder(t, dir) })
 
-	var cfg bytes.Buffer
-	err = configTemplate.Execute(&cfg, map[string]string{
-		"Root": d.Root, "State": d.State, "Socket": d.Socket, "MetricsAddr": d.MetricsAddr,
-		"Snapshotter": d.Snapshotter, "HostsDir": opts.HostsDir, "Platform": hostPlatform(),
-		"CRIImages": opts.CRIImages, "ExtraConfig": opts.ExtraConfig,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfgPath, cfg.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := d.writeConfig(t, opts)
 	logFile, err := os.Create(d.logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +148,53 @@ func Start(t testing.TB, opts Options) *Daemon {
 		t.Fatalf("containerd did not become ready: %v\n%s", err, d.LogTail(60))
 	}
 	return d
+}
+
+// Goroutines returns how many goroutines containerd runs, from its pprof
+// endpoint, for tests that prove work ends when it should.
+func (d *Daemon) Goroutines(t testing.TB) int {
+	t.Helper()
+	// No keep-alive: an idle connection would show up as goroutines.
+	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.DebugSocket)
+	}}}
+	resp, err := c.Get("http://containerd/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatalf("goroutine profile: %v", err)
+	}
+	defer resp.Body.Close()
+	var n int
+	if _, err := fmt.Fscanf(resp.Body, "goroutine profile: total %d", &n); err != nil {
+		t.Fatalf("goroutine profile: %v", err)
+	}
+	return n
+}
+
+// writeConfig renders the config for opts into Dir/config.toml.
+func (d *Daemon) writeConfig(t testing.TB, opts Options) string {
+	t.Helper()
+	var cfg bytes.Buffer
+	err := configTemplate.Execute(&cfg, map[string]string{
+		"Root": d.Root, "State": d.State, "Socket": d.Socket, "MetricsAddr": d.MetricsAddr, "DebugSocket": d.DebugSocket,
+		"Snapshotter": d.Snapshotter, "HostsDir": opts.HostsDir, "Platform": hostPlatform(),
+		"CRIImages": opts.CRIImages, "ExtraConfig": opts.ExtraConfig,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(d.Dir, "config.toml")
+	if err := os.WriteFile(p, cfg.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// RestartWith stops containerd, rewrites its config for opts, and starts
+// it again on the same root and state.
+func (d *Daemon) RestartWith(t testing.TB, opts Options) {
+	t.Helper()
+	d.writeConfig(t, opts)
+	d.Restart(t)
 }
 
 // Endpoint is the socket as a CRI endpoint URL.

@@ -26,6 +26,9 @@ type Options struct {
 	// ProxyRemoteURL, when set, makes the registry a pull-through cache of
 	// that upstream (e.g. another Registry's URL()).
 	ProxyRemoteURL string
+	// DisableKeepAlives closes every connection after its response, so
+	// clients keep no idle connections (and goroutines) to the registry.
+	DisableKeepAlives bool
 }
 
 // Registry is a CNCF Distribution registry listening on loopback. Every
@@ -90,6 +93,7 @@ func Start(t testing.TB, opts Options) *Registry {
 		recorder: newRecorder(),
 	}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 30 * time.Second}
+	srv.SetKeepAlivesEnabled(!opts.DisableKeepAlives)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 

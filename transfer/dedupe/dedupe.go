@@ -196,9 +196,23 @@ func (g *Group) Callers() int {
 	defer g.mu.Unlock()
 	n := 0
 	for _, c := range g.calls {
-		c.mu.Lock()
-		n += len(c.callers)
-		c.mu.Unlock()
+		n += c.count()
 	}
 	return n
+}
+
+// CallersOf is the number of callers waiting on the run for key.
+func (g *Group) CallersOf(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c := g.calls[key]; c != nil {
+		return c.count()
+	}
+	return 0
+}
+
+func (c *call) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.callers)
 }

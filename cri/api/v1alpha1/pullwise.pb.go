@@ -887,9 +887,11 @@ type Pull struct {
 	// "waiting" or "pulling".
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// Time spent waiting for a slot, in milliseconds.
-	WaitedMs      int64 `protobuf:"varint,4,opt,name=waited_ms,json=waitedMs,proto3" json:"waited_ms,omitempty"`
-	BytesDone     int64 `protobuf:"varint,5,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
-	BytesTotal    int64 `protobuf:"varint,6,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	WaitedMs   int64 `protobuf:"varint,4,opt,name=waited_ms,json=waitedMs,proto3" json:"waited_ms,omitempty"`
+	BytesDone  int64 `protobuf:"varint,5,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
+	BytesTotal int64 `protobuf:"varint,6,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	// Number of callers sharing this pull (identical pulls are deduplicated).
+	Callers       int32 `protobuf:"varint,7,opt,name=callers,proto3" json:"callers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -962,6 +964,13 @@ func (x *Pull) GetBytesDone() int64 {
 func (x *Pull) GetBytesTotal() int64 {
 	if x != nil {
 		return x.BytesTotal
+	}
+	return 0
+}
+
+func (x *Pull) GetCallers() int32 {
+	if x != nil {
+		return x.Callers
 	}
 	return 0
 }
@@ -1072,7 +1081,7 @@ const file_pullwise_proto_rawDesc = "" +
 	"\x05image\x18\x03 \x01(\tR\x05image\"-\n" +
 	"\x19ImagePullProgressResponse\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\"\x12\n" +
-	"\x10ListPullsRequest\"\xc1\x01\n" +
+	"\x10ListPullsRequest\"\xdb\x01\n" +
 	"\x04Pull\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x120\n" +
 	"\x03pod\x18\x02 \x01(\v2\x1e.runtime.v1.PodSandboxMetadataR\x03pod\x12\x14\n" +
@@ -1081,7 +1090,8 @@ const file_pullwise_proto_rawDesc = "" +
 	"\n" +
 	"bytes_done\x18\x05 \x01(\x03R\tbytesDone\x12\x1f\n" +
 	"\vbytes_total\x18\x06 \x01(\x03R\n" +
-	"bytesTotal\"F\n" +
+	"bytesTotal\x12\x18\n" +
+	"\acallers\x18\a \x01(\x05R\acallers\"F\n" +
 	"\x11ListPullsResponse\x121\n" +
 	"\x05pulls\x18\x01 \x03(\v2\x1b.pullwise.cri.v1alpha1.PullR\x05pulls*n\n" +
 	"\n" +

@@ -1,0 +1,381 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+	"github.com/pullwise/pullwise/integration/registry"
+)
+
+func gateConfig(limit int, timeout string) string {
+	return fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n  pull_queue_timeout = %q\n", limit, timeout)
+}
+
+// holdBlobs makes the registry hold blob requests of the repositories
+// match accepts until the returned release func is called, so tests decide
+// when pulls may finish.
+func holdBlobs(t *testing.T, r *registry.Registry, match func(repo string) bool) (release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	// Registered after the registry's own cleanup, so it runs first and
+	// held handlers can finish before the server shuts down.
+	t.Cleanup(release)
+	r.SetFault(func(req registry.Request) *registry.Fault {
+		if req.Kind == registry.KindBlob && match(req.Repo) {
+			<-ch
+		}
+		return nil
+	})
+	return release
+}
+
+func (e *env) listPulls() []*api.Pull {
+	e.t.Helper()
+	resp, err := e.pullwise.ListPulls(context.Background(), &api.ListPullsRequest{})
+	if err != nil {
+		e.t.Fatalf("ListPulls: %v", err)
+	}
+	return resp.GetPulls()
+}
+
+func (e *env) pullsIn(state string) int {
+	n := 0
+	for _, p := range e.listPulls() {
+		if p.GetState() == state {
+			n++
+		}
+	}
+	return n
+}
+
+func sandbox(name string) *criapi.PodSandboxConfig {
+	return &criapi.PodSandboxConfig{Metadata: &criapi.PodSandboxMetadata{Name: name, Namespace: "default", Uid: "uid-" + name}}
+}
+
+// firstSeen returns the repositories in the order the registry first saw a
+// request for each.
+func firstSeen(r *registry.Registry) []string {
+	var order []string
+	seen := map[string]bool{}
+	for _, req := range r.Requests() {
+		if req.Repo != "" && !seen[req.Repo] {
+			seen[req.Repo] = true
+			order = append(order, req.Repo)
+		}
+	}
+	return order
+}
+
+func TestGateHoldsLimitNodeWide(t *testing.T) {
+	e := newEnv(t, envOptions{extraConfig: gateConfig(3, "0s")})
+	const n = 30
+	var refs []string
+	for i := range n {
+		refs = append(refs, e.push(fmt.Sprintf("limit/img%02d", i), "v1", registry.Image{Layers: []int64{32 << 10, 32 << 10}, Seed: int64(100 + i)}).Ref)
+	}
+	// Blobs take a while, so pulls holding slots overlap and the peak
+	// shows the limit rather than how fast loopback is.
+	e.upstream.SetFault(func(r registry.Request) *registry.Fault {
+		if r.Kind == registry.KindBlob {
+			return &registry.Fault{Delay: 100 * time.Millisecond}
+		}
+		return nil
+	})
+	ctx := context.Background()
+	errs := make(chan error, n)
+	for i, ref := range refs {
+		go func() {
+			_, err := e.images.PullImage(ctx, criImage(ref), nil, sandbox(fmt.Sprintf("pod%02d", i)))
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.upstream.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if peak := e.upstream.PeakRepos(); peak != 3 {
+		t.Fatalf("%d images had requests in flight at once, want exactly the limit 3", peak)
+	}
+	if got := e.metric(pulledSample); got != n {
+		t.Fatalf("%s = %v, want %d", pulledSample, got, n)
+	}
+}
+
+func TestGateQueueIsFIFO(t *testing.T) {
+	e := newEnv(t, envOptions{extraConfig: gateConfig(1, "0s")})
+	const n = 8
+	var refs []string
+	for i := range n {
+		refs = append(refs, e.push(fmt.Sprintf("fifo/img%d", i), "v1", registry.Image{Layers: []int64{16 << 10}, Seed: int64(200 + i)}).Ref)
+	}
+	release := holdBlobs(t, e.upstream, func(string) bool { return true })
+	ctx := context.Background()
+	errs := make(chan error, n)
+	for i, ref := range refs {
+		go func() {
+			_, err := e.images.PullImage(ctx, criImage(ref), nil, sandbox(fmt.Sprintf("pod%d", i)))
+			errs <- err
+		}()
+		// Queue them one after another so the expected order is known.
+		eventually(t, 10*time.Second, fmt.Sprintf("pull %d queued", i), func() bool { return len(e.listPulls()) == i+1 })
+	}
+	pulls := e.listPulls()
+	if pulls[0].GetState() != "pulling" || e.pullsIn("waiting") != n-1 {
+		t.Fatalf("want 1 pulling and %d waiting, got %v", n-1, pulls)
+	}
+	if pulls[1].GetPod().GetName() != "pod1" {
+		t.Fatalf("ListPulls does not name the pod: %v", pulls[1])
+	}
+	out, err := e.pullctl("pulls")
+	if err != nil || !strings.Contains(out, "default/pod3") || !strings.Contains(out, "waiting") {
+		t.Fatalf("pullctl pulls (err %v):\n%s", err, out)
+	}
+	release()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []string
+	for i := range n {
+		want = append(want, fmt.Sprintf("fifo/img%d", i))
+	}
+	if got := firstSeen(e.upstream); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("registry saw images in order %v, want FIFO %v", got, want)
+	}
+}
+
+func TestGateQueueTimeout(t *testing.T) {
+	e := newEnv(t, envOptions{extraConfig: gateConfig(1, "300ms")})
+	held := e.push("timeout/held", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 300})
+	queued := e.push("timeout/queued", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 301})
+	release := holdBlobs(t, e.upstream, func(repo string) bool { return repo == "timeout/held" })
+	ctx := context.Background()
+	heldErr := make(chan error, 1)
+	go func() { _, err := e.images.PullImage(ctx, criImage(held.Ref), nil, nil); heldErr <- err }()
+	eventually(t, 10*time.Second, "held pull running", func() bool { return e.pullsIn("pulling") == 1 })
+
+	_, err := e.images.PullImage(ctx, criImage(queued.Ref), nil, nil)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("queued pull got %v, want ResourceExhausted", err)
+	}
+	for _, want := range []string{"max_parallel_image_pulls", "1 slots", "300ms"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if e.upstream.Count(func(r registry.Request) bool { return r.Repo == "timeout/queued" }) != 0 {
+		t.Fatal("timed-out pull reached the registry")
+	}
+	if got := e.metric(`pullwise_pulls_total{outcome="timed_out"}`); got != 1 {
+		t.Fatalf("timed_out = %v", got)
+	}
+	release()
+	if err := <-heldErr; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestGateCancelledPullsLeakNothing(t *testing.T) {
+	e := newEnv(t, envOptions{extraConfig: gateConfig(2, "0s"), noKeepAlive: true})
+	var refs []string
+	for i := range 52 {
+		refs = append(refs, e.push(fmt.Sprintf("cancel/img%02d", i), "v1", registry.Image{Layers: []int64{8 << 10}, Seed: int64(400 + i)}).Ref)
+	}
+	next := e.push("cancel/next", "v1", registry.Image{Layers: []int64{8 << 10}, Seed: 499})
+	e.listPulls() // the test's own connections count in the baseline
+	baseline := e.d.Goroutines(t)
+
+	release := holdBlobs(t, e.upstream, func(repo string) bool { return repo != "cancel/next" })
+	ctx := context.Background()
+	heldErrs := make(chan error, 2)
+	for _, ref := range refs[:2] {
+		go func() { _, err := e.images.PullImage(ctx, criImage(ref), nil, nil); heldErrs <- err }()
+	}
+	eventually(t, 10*time.Second, "two pulls holding the slots", func() bool { return e.pullsIn("pulling") == 2 })
+
+	cancels := make([]context.CancelFunc, 0, 50)
+	errs := make(chan error, 50)
+	for _, ref := range refs[2:] {
+		cctx, cancel := context.WithCancel(ctx)
+		cancels = append(cancels, cancel)
+		go func() { _, err := e.images.PullImage(cctx, criImage(ref), nil, nil); errs <- err }()
+	}
+	eventually(t, 10*time.Second, "50 pulls queued", func() bool { return e.pullsIn("waiting") == 50 })
+	rand.Shuffle(len(cancels), func(i, j int) { cancels[i], cancels[j] = cancels[j], cancels[i] })
+	for _, c := range cancels {
+		c()
+	}
+	for range 50 {
+		if err := <-errs; status.Code(err) != codes.Canceled {
+			t.Fatalf("cancelled pull got %v", err)
+		}
+	}
+	eventually(t, 10*time.Second, "queue empty", func() bool { return e.pullsIn("waiting") == 0 })
+	release()
+	for range 2 {
+		if err := <-heldErrs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No slot leaked: with both slots free again a new pull gets one at
+	// once; a leaked slot would leave it queued until the deadline.
+	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := e.images.PullImage(nctx, criImage(next.Ref), nil, nil); err != nil {
+		t.Fatalf("pull after the cancellations: %v", err)
+	}
+	for _, c := range []string{`pullwise_pulls_in_flight`, `pullwise_pulls_waiting`} {
+		if got := e.metric(c); got != 0 {
+			t.Fatalf("%s = %v after all pulls ended", c, got)
+		}
+	}
+	eventually(t, 10*time.Second, fmt.Sprintf("goroutines back to baseline %d", baseline), func() bool {
+		return e.d.Goroutines(t) <= baseline
+	})
+}
+
+func TestGateDedupesIdenticalPulls(t *testing.T) {
+	e := newEnv(t, envOptions{extraConfig: gateConfig(3, "0s")})
+	img := e.push("dedupe/app", "v1", registry.Image{Layers: []int64{64 << 10, 64 << 10, 64 << 10, 64 << 10}, Seed: 500})
+	release := holdBlobs(t, e.upstream, func(string) bool { return true })
+	ctx := context.Background()
+	const n = 20
+	errs := make(chan error, n)
+	ids := make(chan string, n)
+	for i := range n {
+		go func() {
+			id, err := e.images.PullImage(ctx, criImage(img.Ref), nil, sandbox(fmt.Sprintf("pod%d", i)))
+			ids <- id
+			errs <- err
+		}()
+	}
+	eventually(t, 10*time.Second, "20 callers sharing one pull", func() bool {
+		p := e.listPulls()
+		return len(p) == 1 && p[0].GetCallers() == n
+	})
+	release()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		if id := <-ids; id != img.Config.String() {
+			t.Fatalf("a caller got image %q, want %s", id, img.Config)
+		}
+	}
+	if err := e.upstream.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	heads := e.upstream.Count(func(r registry.Request) bool { return r.Method == "HEAD" && r.Kind == registry.KindManifest })
+	gets := e.upstream.Count(func(r registry.Request) bool { return r.Method == "GET" && r.Kind == registry.KindManifest })
+	if heads != 1 || gets != 1 {
+		t.Fatalf("%d manifest HEADs and %d GETs for 20 identical pulls, want 1 and 1", heads, gets)
+	}
+	for _, d := range append(img.Layers, img.Config) {
+		if c := e.upstream.Count(func(r registry.Request) bool { return r.Reference == d.String() && r.Method == "GET" }); c != 1 {
+			t.Fatalf("blob %s fetched %d times", d, c)
+		}
+	}
+	if got := e.metric(`pullwise_pulls_total{outcome="deduped"}`); got != n-1 {
+		t.Fatalf("deduped = %v, want %d", got, n-1)
+	}
+}
+
+func TestGateFastPath(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	img := e.push("fast/app", "v1", registry.Image{Layers: []int64{64 << 10}, Seed: 600})
+	ctx := context.Background()
+	if _, err := e.images.PullImage(ctx, criImage(img.Ref), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	digestRef := fmt.Sprintf("%s/fast/app@%s", e.upstream.Host(), img.Digest)
+	for _, tc := range []struct {
+		ref      string
+		requests int
+	}{
+		{digestRef, 0},
+		{img.Ref, 1},
+	} {
+		if err := e.upstream.WaitIdle(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.upstream.Reset()
+		before := e.metric(`pullwise_pulls_total{outcome="fast_path"}`)
+		id, err := e.images.PullImage(ctx, criImage(tc.ref), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != img.Config.String() {
+			t.Fatalf("%s: image %q", tc.ref, id)
+		}
+		if err := e.upstream.WaitIdle(ctx); err != nil {
+			t.Fatal(err)
+		}
+		reqs := e.upstream.Requests()
+		if len(reqs) != tc.requests || (tc.requests == 1 && reqs[0].Method != "HEAD") {
+			t.Fatalf("re-pull of present %s sent %v, want %d HEAD", tc.ref, reqs, tc.requests)
+		}
+		if got := e.metric(`pullwise_pulls_total{outcome="fast_path"}`); got != before+1 {
+			t.Fatalf("fast_path %v -> %v", before, got)
+		}
+	}
+}
+
+func TestGateSharedWithCtrAndSandboxBypass(t *testing.T) {
+	pause := "sandbox/pause"
+	e := newEnv(t, envOptions{extraConfig: gateConfig(1, "0s")})
+	// The sandbox image's name depends on the registry's port, so the
+	// daemon is configured after the registry exists: restart with it.
+	pauseImg := e.push(pause, "3.10", registry.Image{Layers: []int64{8 << 10}, Seed: 700})
+	held := e.push("shared/held", "v1", registry.Image{Layers: []int64{8 << 10}, Seed: 701})
+	viaCtr := e.push("shared/ctr", "v1", registry.Image{Layers: []int64{8 << 10}, Seed: 702})
+	e.restartWith(t, envOptions{extraConfig: gateConfig(1, "0s"),
+		criImages: fmt.Sprintf("  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", pauseImg.Ref)})
+
+	release := holdBlobs(t, e.upstream, func(repo string) bool { return repo == "shared/held" })
+	ctx := context.Background()
+	heldErr := make(chan error, 1)
+	go func() { _, err := e.images.PullImage(ctx, criImage(held.Ref), nil, nil); heldErr <- err }()
+	eventually(t, 10*time.Second, "held pull running", func() bool { return e.pullsIn("pulling") == 1 })
+
+	// ctr's pull waits for the same slot.
+	ctrErr := make(chan error, 1)
+	go func() {
+		out, err := e.ctr("default", "image", "pull", "--plain-http", viaCtr.Ref)
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, out)
+		}
+		ctrErr <- err
+	}()
+	eventually(t, 10*time.Second, "ctr pull queued", func() bool { return e.pullsIn("waiting") == 1 })
+
+	// The sandbox image does not wait behind them.
+	if _, err := e.images.PullImage(ctx, criImage(pauseImg.Ref), nil, nil); err != nil {
+		t.Fatalf("sandbox image pull: %v", err)
+	}
+	if e.pullsIn("waiting") != 1 {
+		t.Fatal("ctr pull ran while the slot was held")
+	}
+	release()
+	if err := <-heldErr; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ctrErr; err != nil {
+		t.Fatal(err)
+	}
+}
