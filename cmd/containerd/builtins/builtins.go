@@ -6,6 +6,7 @@ package builtins
 
 import (
 	// Pullwise replacements and additions.
+	_ "github.com/pullwise/pullwise/plugin/pinning"
 	_ "github.com/pullwise/pullwise/plugin/pullwise"
 	_ "github.com/pullwise/pullwise/plugin/server"
 	_ "github.com/pullwise/pullwise/plugin/transfer"

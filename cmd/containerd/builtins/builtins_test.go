@@ -19,6 +19,7 @@ var (
 		"github.com/containerd/containerd/v2/plugins/transfer",
 	}
 	added = []string{
+		"github.com/pullwise/pullwise/plugin/pinning",
 		"github.com/pullwise/pullwise/plugin/pullwise",
 		"github.com/pullwise/pullwise/plugin/server",
 		"github.com/pullwise/pullwise/plugin/transfer",
