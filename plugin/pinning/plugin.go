@@ -57,6 +57,7 @@ func initPinning(ic *plugin.InitContext) (any, error) {
 		// The valid values still get pinned; see NewPins.
 		log.G(ic.Context).WithError(err).Warn("some pinned_images cannot be pinned")
 	}
+	log.G(ic.Context).WithField("pinned_images", pinnedImages).Info("pinning the images CRI's pinned_images names")
 
 	m, err := ic.GetSingle(plugins.MetadataPlugin)
 	if err != nil {
