@@ -10,7 +10,7 @@ PROTO_DIR := cri/api/v1alpha1
 # Integration tests talk to a real daemon; give them room but stay well inside CI's budget.
 INTEGRATION_TIMEOUT ?= 15m
 
-.PHONY: all build containerd pullctl ctr run test unit integration proto proto-check vet clean
+.PHONY: all build containerd containerd-stock bench pullctl ctr run test unit integration proto proto-check vet clean
 
 all: build
 
@@ -70,3 +70,13 @@ proto-check: proto
 
 clean:
 	rm -rf $(BIN) $(RUN_DIR)
+
+# Stock containerd from the same pinned module, for side-by-side benchmarks.
+containerd-stock:
+	$(GO) build -o $(BIN)/containerd-stock github.com/containerd/containerd/v2/cmd/containerd
+
+# Pullwise against stock containerd in one run, on one loopback registry.
+# Needs root, like the integration tests.
+BENCHTIME ?= 5x
+bench: build containerd-stock
+	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m ./integration/

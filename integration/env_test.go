@@ -42,7 +42,7 @@ type envOptions struct {
 // env is one containerd with an upstream registry and, optionally, a mirror
 // for it configured through hosts.toml.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	d        *daemon.Daemon
 	upstream *registry.Registry
 	mirror   *registry.Registry
@@ -53,7 +53,7 @@ type env struct {
 	pullwise api.PullwiseClient
 }
 
-func newEnv(t *testing.T, opts envOptions) *env {
+func newEnv(t testing.TB, opts envOptions) *env {
 	t.Helper()
 	e := &env{t: t, hostsDir: t.TempDir(), mode: opts.mirror}
 	e.upstream = registry.Start(t, registry.Options{Name: "upstream", DisableKeepAlives: opts.noKeepAlive})
@@ -67,6 +67,17 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	e.d = daemon.Start(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig})
 	e.connect()
 	return e
+}
+
+// sibling starts another containerd on the same registries and hosts.toml,
+// such as a stock containerd to compare against.
+func (e *env) sibling(opts daemon.Options) *env {
+	e.t.Helper()
+	s := *e
+	opts.HostsDir = e.hostsDir
+	s.d = daemon.Start(e.t, opts)
+	s.connect()
+	return &s
 }
 
 // writeHosts configures upstream as plain HTTP, behind the mirror if any.
@@ -119,7 +130,7 @@ func (e *env) push(repo, tag string, img registry.Image) registry.Pushed {
 }
 
 // run runs a binary from bin/ and returns its combined output.
-func run(t *testing.T, name string, args ...string) (string, error) {
+func run(t testing.TB, name string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -165,7 +176,7 @@ func (e *env) metric(sample string) float64 {
 }
 
 // eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -178,7 +189,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 
 // restartWith restarts containerd with a config for opts, keeping its root,
 // state and registries; clients reconnect by themselves.
-func (e *env) restartWith(t *testing.T, opts envOptions) {
+func (e *env) restartWith(t testing.TB, opts envOptions) {
 	t.Helper()
 	e.d.RestartWith(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig})
 }

@@ -36,6 +36,11 @@ type Options struct {
 	// CRIImages is TOML for [plugins."io.containerd.cri.v1.images"] beyond
 	// what the harness sets (snapshotter, registry config_path).
 	CRIImages string
+	// Binary is the containerd to run; default bin/containerd. Benchmarks
+	// run a stock containerd built from the same module beside it.
+	Binary string
+	// LogLevel defaults to debug.
+	LogLevel string
 }
 
 // Daemon is a running containerd.
@@ -133,7 +138,14 @@ func Start(t testing.TB, opts Options) *Daemon {
 	}
 	defer logFile.Close()
 
-	d.cmd = exec.Command(Bin("containerd"), "--config", cfgPath, "--log-level", "debug")
+	bin, level := opts.Binary, opts.LogLevel
+	if bin == "" {
+		bin = Bin("containerd")
+	}
+	if level == "" {
+		level = "debug"
+	}
+	d.cmd = exec.Command(bin, "--config", cfgPath, "--log-level", level)
 	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
 	// Own process group, so a test's ^C does not reach the daemon first and
 	// the cleanup can still stop it in order.

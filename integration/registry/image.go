@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,11 @@ type Image struct {
 	Seed int64
 	// Platform defaults to linux/runtime.GOARCH.
 	Platform ocispec.Platform
+	// Compressible fills files with text-like bytes and gzips them for
+	// real, so unpacking costs CPU as with real images. Digests then also
+	// depend on the Go version's compressor: use it for benchmarks, not for
+	// pinned digests.
+	Compressible bool
 }
 
 // Pushed describes an image written by Push.
@@ -83,7 +89,7 @@ func BuildImage(img Image) (v1.Image, error) {
 
 	adds := make([]mutate.Addendum, 0, len(img.Layers))
 	for i, size := range img.Layers {
-		layer, err := buildLayer(img.Seed, i, size)
+		layer, err := buildLayer(img.Seed, i, size, img.Compressible)
 		if err != nil {
 			return nil, fmt.Errorf("build layer %d: %w", i, err)
 		}
@@ -104,9 +110,13 @@ func BuildImage(img Image) (v1.Image, error) {
 // Random bytes do not compress, so the blob is about as large as the file.
 // gzip runs without compression and with an empty header: the output then
 // depends only on the input, not on compressor tuning or the clock.
-func buildLayer(seed int64, index int, size int64) (v1.Layer, error) {
+func buildLayer(seed int64, index int, size int64, compressible bool) (v1.Layer, error) {
 	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.NoCompression)
+	level, src := gzip.NoCompression, contentSource(seed, index)
+	if compressible {
+		level, src = gzip.DefaultCompression, textSource(src)
+	}
+	zw, err := gzip.NewWriterLevel(&buf, level)
 	if err != nil {
 		return nil, fmt.Errorf("create gzip writer: %w", err)
 	}
@@ -122,7 +132,7 @@ func buildLayer(seed int64, index int, size int64) (v1.Layer, error) {
 	if err := tw.WriteHeader(hdr); err != nil {
 		return nil, fmt.Errorf("write tar header: %w", err)
 	}
-	if _, err := io.CopyN(tw, contentSource(seed, index), size); err != nil {
+	if _, err := io.CopyN(tw, src, size); err != nil {
 		return nil, fmt.Errorf("write file content: %w", err)
 	}
 	if err := tw.Close(); err != nil {
@@ -148,6 +158,39 @@ func contentSource(seed int64, index int) io.Reader {
 	binary.LittleEndian.PutUint64(key[0:], uint64(seed))
 	binary.LittleEndian.PutUint64(key[8:], uint64(index))
 	return rand.NewChaCha8(key)
+}
+
+// textSource turns random bytes into words from a small vocabulary: text
+// that gzip shrinks about threefold, like typical image layers.
+func textSource(r io.Reader) io.Reader {
+	return &wordReader{r: r}
+}
+
+var vocabulary = strings.Fields("the of and to in is for on that with as by at from this be are or an it " +
+	"config layer image registry mirror pull push node pod container runtime snapshot digest manifest " +
+	"lib usr bin share local etc var log cache python go java node ruby perl shell script binary")
+
+type wordReader struct {
+	r       io.Reader
+	pending []byte
+}
+
+func (w *wordReader) Read(p []byte) (int, error) {
+	var b [1]byte
+	for len(w.pending) < len(p) {
+		if _, err := io.ReadFull(w.r, b[:]); err != nil {
+			return 0, err
+		}
+		sep := byte(' ')
+		if b[0]%8 == 0 {
+			sep = '\n'
+		}
+		w.pending = append(w.pending, vocabulary[int(b[0])%len(vocabulary)]...)
+		w.pending = append(w.pending, sep)
+	}
+	n := copy(p, w.pending)
+	w.pending = w.pending[n:]
+	return n, nil
 }
 
 // Push writes img to repo:tag on r and fails the test on error. The push

@@ -85,3 +85,22 @@ func TestBuildImageContent(t *testing.T) {
 		require.NoError(t, rc.Close())
 	}
 }
+
+func TestCompressibleLayersShrink(t *testing.T) {
+	const size = 1 << 20
+	img, err := BuildImage(Image{Layers: []int64{size}, Seed: 1, Compressible: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := layers[0].Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > size/2 || n < size/10 {
+		t.Fatalf("compressible 1 MiB layer is %d bytes on the wire, want between a tenth and a half", n)
+	}
+}

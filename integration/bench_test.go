@@ -1,0 +1,187 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pullwise/pullwise/integration/daemon"
+	"github.com/pullwise/pullwise/integration/registry"
+)
+
+// Benchmarks run Pullwise and a stock containerd built from the same
+// containerd module side by side, on one registry, and report both and
+// their ratio. `make bench` runs them; docs/benchmarks.md has results.
+
+var benchLimit = envInt("PULLWISE_BENCH_LIMIT", 3) // max_parallel_image_pulls for Pullwise
+
+type contenders struct {
+	stock, pullwise *env
+}
+
+func newContenders(b *testing.B, pullwiseConfig string) contenders {
+	stockBin := daemon.Bin("containerd-stock")
+	if _, err := os.Stat(stockBin); err != nil {
+		b.Fatalf("stock containerd missing (make bench builds it): %v", err)
+	}
+	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig})
+	stock := pw.sibling(daemon.Options{Binary: stockBin, LogLevel: "info"})
+	return contenders{stock: stock, pullwise: pw}
+}
+
+// pullAll pulls refs concurrently through CRI and returns each pull's
+// completion time from the common start, sorted, and the makespan.
+func pullAll(b *testing.B, e *env, refs []string) []time.Duration {
+	ctx := context.Background()
+	done := make([]time.Duration, len(refs))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, ref := range refs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.images.PullImage(ctx, criImage(ref), nil, nil); err != nil {
+				b.Error(err)
+			}
+			done[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	slices.Sort(done)
+	return done
+}
+
+func median(d []time.Duration) time.Duration { return d[len(d)/2] }
+
+// each runs fn for both contenders, alternating which goes first so
+// neither always meets a cold registry.
+func (c contenders) each(i int, fn func(name string, e *env)) {
+	order := []string{"stock", "pullwise"}
+	if i%2 == 1 {
+		order = []string{"pullwise", "stock"}
+	}
+	for _, name := range order {
+		e := c.stock
+		if name == "pullwise" {
+			e = c.pullwise
+		}
+		fn(name, e)
+	}
+}
+
+// BenchmarkDifferentImages: 20 concurrent pulls of 20 different images of
+// 5 layers, both at max_concurrent_downloads = 3. The pull gate lets the
+// first images finish early instead of all finishing together.
+func BenchmarkDifferentImages(b *testing.B) {
+	c := newContenders(b, gateConfig(benchLimit, "0s"))
+	var med, span = map[string]time.Duration{}, map[string]time.Duration{}
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		var refs []string
+		for j := range 20 {
+			img := c.pullwise.upstream.Push(b, fmt.Sprintf("bench/diff%d-%d", i, j), "v1", registry.Image{
+				Layers: []int64{4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20}, Seed: int64(10000 + i*100 + j), Compressible: true})
+			refs = append(refs, img.Ref)
+		}
+		b.StartTimer()
+		c.each(i, func(name string, e *env) {
+			d := pullAll(b, e, refs)
+			if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
+				b.Logf("%s completions: %v", name, d)
+			}
+			med[name] += median(d)
+			span[name] += d[len(d)-1]
+		})
+	}
+	n := float64(b.N)
+	b.ReportMetric(med["stock"].Seconds()/n, "stock-median-s")
+	b.ReportMetric(med["pullwise"].Seconds()/n, "pullwise-median-s")
+	b.ReportMetric(float64(med["pullwise"])/float64(med["stock"]), "median-ratio")
+	b.ReportMetric(span["stock"].Seconds()/n, "stock-makespan-s")
+	b.ReportMetric(span["pullwise"].Seconds()/n, "pullwise-makespan-s")
+	b.ReportMetric(float64(span["pullwise"])/float64(span["stock"]), "makespan-ratio")
+}
+
+// BenchmarkIdenticalPulls: 20 concurrent pulls of one image.
+func BenchmarkIdenticalPulls(b *testing.B) {
+	c := newContenders(b, gateConfig(benchLimit, "0s"))
+	wall, reqs := map[string]time.Duration{}, map[string]int{}
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		repo := fmt.Sprintf("bench/same%d", i)
+		img := c.pullwise.upstream.Push(b, repo, "v1", registry.Image{
+			Layers: []int64{1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20}, Seed: int64(20000 + i)})
+		b.StartTimer()
+		c.each(i, func(name string, e *env) {
+			if err := e.upstream.WaitIdle(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			e.upstream.Reset()
+			refs := slices.Repeat([]string{img.Ref}, 20)
+			d := pullAll(b, e, refs)
+			wall[name] += d[len(d)-1]
+			if err := e.upstream.WaitIdle(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			reqs[name] += e.upstream.Count(func(r registry.Request) bool { return r.Repo == repo })
+		})
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(reqs["stock"])/n, "stock-requests")
+	b.ReportMetric(float64(reqs["pullwise"])/n, "pullwise-requests")
+	b.ReportMetric(wall["stock"].Seconds()/n, "stock-wall-s")
+	b.ReportMetric(wall["pullwise"].Seconds()/n, "pullwise-wall-s")
+	b.ReportMetric(float64(wall["pullwise"])/float64(wall["stock"]), "wall-ratio")
+}
+
+// BenchmarkRepull: a pull of an image already present and unchanged.
+func BenchmarkRepull(b *testing.B) {
+	c := newContenders(b, gateConfig(benchLimit, "0s"))
+	img := c.pullwise.upstream.Push(b, "bench/repull", "v1", registry.Image{Layers: []int64{1 << 20, 1 << 20}, Seed: 30000})
+	ctx := context.Background()
+	c.each(0, func(_ string, e *env) {
+		if _, err := e.images.PullImage(ctx, criImage(img.Ref), nil, nil); err != nil {
+			b.Fatal(err)
+		}
+	})
+	lat, reqs := map[string]time.Duration{}, map[string]int{}
+	for i := 0; b.Loop(); i++ {
+		c.each(i, func(name string, e *env) {
+			b.StopTimer()
+			if err := e.upstream.WaitIdle(ctx); err != nil {
+				b.Fatal(err)
+			}
+			e.upstream.Reset()
+			b.StartTimer()
+			start := time.Now()
+			if _, err := e.images.PullImage(ctx, criImage(img.Ref), nil, nil); err != nil {
+				b.Fatal(err)
+			}
+			lat[name] += time.Since(start)
+			b.StopTimer()
+			if err := e.upstream.WaitIdle(ctx); err != nil {
+				b.Fatal(err)
+			}
+			reqs[name] += len(e.upstream.Requests())
+			b.StartTimer()
+		})
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(lat["stock"].Microseconds())/n/1000, "stock-ms")
+	b.ReportMetric(float64(lat["pullwise"].Microseconds())/n/1000, "pullwise-ms")
+	b.ReportMetric(float64(lat["pullwise"])/float64(lat["stock"]), "latency-ratio")
+	b.ReportMetric(float64(reqs["stock"])/n, "stock-requests")
+	b.ReportMetric(float64(reqs["pullwise"])/n, "pullwise-requests")
+}
+
+func envInt(name string, def int) int {
+	var v int
+	if _, err := fmt.Sscan(os.Getenv(name), &v); err != nil {
+		return def
+	}
+	return v
+}
