@@ -10,7 +10,6 @@
 package pinning
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -19,6 +18,8 @@ import (
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/pullwise/pullwise/cri/criconfig"
 )
 
 const (
@@ -80,18 +81,11 @@ func NewPins(pinnedImages map[string]string) (*Pins, error) {
 }
 
 // PinnedImagesFromCRIConfig returns pinned_images from the CRI images
-// plugin's effective config. Its type is internal to containerd, but it is
-// JSON-tagged, so the one field needed is read through JSON.
+// plugin's effective config.
 func PinnedImagesFromCRIConfig(criImageConfig any) (map[string]string, error) {
-	b, err := json.Marshal(criImageConfig)
+	c, err := criconfig.Read(criImageConfig)
 	if err != nil {
-		return nil, fmt.Errorf("encode CRI image config: %w", err)
-	}
-	var c struct {
-		PinnedImages map[string]string `json:"pinned_images"`
-	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("decode pinned_images from CRI image config: %w", err)
+		return nil, fmt.Errorf("read pinned_images: %w", err)
 	}
 	return c.PinnedImages, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/plugins"
 	ctrdversion "github.com/containerd/containerd/v2/version"
 
+	"github.com/pullwise/pullwise/cri/criconfig"
 	"github.com/pullwise/pullwise/cri/observe"
 	"github.com/pullwise/pullwise/cri/podctx"
 	"github.com/pullwise/pullwise/cri/service"
@@ -92,7 +93,11 @@ func criPullPath(set *plugin.Set) (bool, string) {
 	if _, err := p.Instance(); err != nil {
 		return false, "CRI images plugin failed to start: " + err.Error()
 	}
-	ok, err := service.CRIUsesTransfer(p.Config)
+	c, err := criconfig.Read(p.Config)
+	if err != nil {
+		return false, "cannot tell whether CRI pulls use the transfer service: " + err.Error()
+	}
+	ok, err := c.UsesTransfer()
 	if err != nil {
 		return false, "cannot tell whether CRI pulls use the transfer service: " + err.Error()
 	}
@@ -109,9 +114,14 @@ func criPinnedImages(ic *plugin.InitContext) []string {
 	if p == nil {
 		return nil
 	}
-	refs, err := service.CRIPinnedImages(p.Config)
+	c, err := criconfig.Read(p.Config)
 	if err != nil {
 		log.G(ic.Context).WithError(err).Warn("cannot read CRI pinned_images: the sandbox image will queue like any pull")
+		return nil
+	}
+	refs := make([]string, 0, len(c.PinnedImages))
+	for _, r := range c.PinnedImages {
+		refs = append(refs, r)
 	}
 	return refs
 }
