@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	remote "k8s.io/cri-client/pkg"
 
@@ -193,3 +194,6 @@ func (e *env) restartWith(t testing.TB, opts envOptions) {
 	t.Helper()
 	e.d.RestartWith(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig})
 }
+
+// code is the gRPC code name of err.
+func code(err error) string { return status.Code(err).String() }

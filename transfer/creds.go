@@ -4,14 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
-	"sync"
 
 	transfertypes "github.com/containerd/containerd/api/types/transfer"
 	"github.com/containerd/containerd/v2/core/streaming"
 	"github.com/containerd/typeurl/v2"
+
+	"github.com/pullwise/pullwise/transfer/source"
 )
 
 // marshaler is how transfer sources and destinations describe themselves;
@@ -29,11 +28,11 @@ func credentialsID(ctx context.Context, src marshaler, ref, host string) (id str
 	ctx, cancel := context.WithCancel(ctx)
 	// Cancelling ends the source's stream-serving goroutine.
 	defer cancel()
-	streams := &localStreams{}
+	streams := &source.Streams{}
 	if _, err := src.MarshalAny(ctx, streams); err != nil {
 		return "", false, fmt.Errorf("describe %s: %w", ref, err)
 	}
-	s := streams.get()
+	s := streams.Stream()
 	if s == nil {
 		return "anonymous", true, nil
 	}
@@ -42,10 +41,10 @@ func credentialsID(ctx context.Context, src marshaler, ref, host string) (id str
 	if err != nil {
 		return "", false, err
 	}
-	if err := s.ours.Send(req); err != nil {
+	if err := s.Ours.Send(req); err != nil {
 		return "", false, fmt.Errorf("ask credentials for %s: %w", host, err)
 	}
-	a, err := s.ours.Recv()
+	a, err := s.Ours.Recv()
 	if err != nil {
 		return "", false, fmt.Errorf("ask credentials for %s: %w", host, err)
 	}
@@ -60,72 +59,3 @@ func credentialsID(ctx context.Context, src marshaler, ref, host string) (id str
 	}
 	return hex.EncodeToString(h.Sum(nil)), true, nil
 }
-
-// localStreams is a StreamCreator whose streams stay in this process. It
-// keeps the one stream a source asks for.
-type localStreams struct {
-	mu sync.Mutex
-	s  *pipe
-}
-
-func (l *localStreams) Create(context.Context, string) (streaming.Stream, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.s != nil {
-		return nil, errors.New("one local stream only")
-	}
-	l.s = newPipe()
-	return l.s.theirs, nil
-}
-
-func (l *localStreams) get() *pipe {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.s
-}
-
-// pipe joins two stream ends in memory.
-type pipe struct {
-	ours, theirs *end
-	closed       chan struct{}
-	once         sync.Once
-}
-
-type end struct {
-	p    *pipe
-	in   chan typeurl.Any
-	peer *end
-}
-
-func newPipe() *pipe {
-	p := &pipe{closed: make(chan struct{})}
-	p.ours = &end{p: p, in: make(chan typeurl.Any)}
-	p.theirs = &end{p: p, in: make(chan typeurl.Any)}
-	p.ours.peer, p.theirs.peer = p.theirs, p.ours
-	return p
-}
-
-func (p *pipe) Close() error {
-	p.once.Do(func() { close(p.closed) })
-	return nil
-}
-
-func (e *end) Send(a typeurl.Any) error {
-	select {
-	case e.peer.in <- a:
-		return nil
-	case <-e.p.closed:
-		return io.ErrClosedPipe
-	}
-}
-
-func (e *end) Recv() (typeurl.Any, error) {
-	select {
-	case a := <-e.in:
-		return a, nil
-	case <-e.p.closed:
-		return nil, io.EOF
-	}
-}
-
-func (e *end) Close() error { return e.p.Close() }

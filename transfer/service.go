@@ -16,11 +16,13 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pullwise/pullwise/transfer/dedupe"
 	"github.com/pullwise/pullwise/transfer/gate"
+	"github.com/pullwise/pullwise/transfer/source"
 )
 
 // Service is a transfer.Transferrer that passes every transfer to the
@@ -33,18 +35,34 @@ type Service struct {
 	metrics *metrics
 	unique  atomic.Uint64 // keys for pulls that must not be shared
 
-	gate   atomic.Pointer[gate.Gate]
-	bypass atomic.Pointer[map[string]bool] // normalized refs that skip the queue
+	config atomic.Pointer[config]
+}
+
+// Config is what the transfer service takes from the node's configuration.
+type Config struct {
+	// Gate limits pulls node-wide.
+	Gate *gate.Gate
+	// Bypass names images whose pulls skip the gate's queue: the sandbox
+	// image, since no pod starts without it.
+	Bypass []string
+	// HostDirs are hosts.toml roots (each may be a ":"-separated list) for
+	// pulls whose source names none.
+	HostDirs []string
+}
+
+type config struct {
+	Config
+	bypass map[string]bool // normalized
 }
 
 // New wraps next; local is what fast paths check. Metrics go to reg. Until
 // Configure is called, pulls are not limited.
 func New(next transfer.Transferrer, local Local, reg prometheus.Registerer) (*Service, error) {
 	s := &Service{next: next, local: local}
-	s.Configure(gate.New(0, 0), nil)
+	s.Configure(Config{})
 	m, err := newMetrics(reg,
-		func() float64 { return float64(s.gate.Load().Running()) },
-		func() float64 { return float64(s.gate.Load().Waiting()) })
+		func() float64 { return float64(s.config.Load().Gate.Running()) },
+		func() float64 { return float64(s.config.Load().Gate.Waiting()) })
 	if err != nil {
 		return nil, err
 	}
@@ -52,17 +70,21 @@ func New(next transfer.Transferrer, local Local, reg prometheus.Registerer) (*Se
 	return s, nil
 }
 
-// Configure sets the node-wide pull gate and the images whose pulls bypass
-// its queue (the sandbox image: no pod starts without it). Pulls already
-// queued stay in the gate they joined.
-func (s *Service) Configure(g *gate.Gate, bypassRefs []string) {
-	bypass := make(map[string]bool, len(bypassRefs))
-	for _, r := range bypassRefs {
-		bypass[normalize(r)] = true
+// Configure replaces the configuration; a nil Gate means no limit. Pulls
+// already queued stay in the gate they joined.
+func (s *Service) Configure(c Config) {
+	if c.Gate == nil {
+		c.Gate = gate.New(0, 0)
 	}
-	s.gate.Store(g)
-	s.bypass.Store(&bypass)
+	cfg := &config{Config: c, bypass: make(map[string]bool, len(c.Bypass))}
+	for _, r := range c.Bypass {
+		cfg.bypass[normalize(r)] = true
+	}
+	s.config.Store(cfg)
 }
+
+// Config returns the configuration in force.
+func (s *Service) Config() Config { return s.config.Load().Config }
 
 // Pulls lists the pulls in flight or waiting, oldest first.
 func (s *Service) Pulls() []PullStatus { return s.pulls.list(s.group.CallersOf) }
@@ -112,12 +134,24 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		s.metrics.pulls.WithLabelValues(outcome).Inc()
 	}()
 
+	// Source labels the pull will rewrite or keep, read before the transfer
+	// image store wipes them.
+	prev := s.previousLabels(ctx, dst, digestOf(ref))
+	var rec *source.Fetcher
+	if f, ok, ferr := source.New(ctx, src, s.config.Load().HostDirs...); ferr != nil {
+		log.G(ctx).WithError(ferr).WithField("ref", ref).Warn("pull source will not be recorded")
+	} else if ok {
+		defer f.Close()
+		src, rec = f, f
+	}
+
 	desc, fast, err := s.fastPath(ctx, src, dst)
 	if err != nil {
 		return err
 	}
 	if fast {
 		outcome = OutcomeFastPath
+		s.recordSource(ctx, dst, rec, prev)
 		return nil
 	}
 	if desc != nil {
@@ -126,8 +160,8 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		src = resolved{ImageFetcher: src, name: ref, desc: *desc}
 	}
 
-	g := s.gate.Load()
-	release, waited, err := g.Acquire(ctx, (*s.bypass.Load())[normalize(ref)])
+	cfg := s.config.Load()
+	release, waited, err := cfg.Gate.Acquire(ctx, cfg.bypass[normalize(ref)])
 	s.metrics.waitTime.Observe(waited.Seconds())
 	if err != nil {
 		if errors.Is(err, errdefs.ErrResourceExhausted) {
@@ -142,7 +176,23 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		s.pulls.observe(p, ev)
 		progress(ev)
 	}
-	return s.next.Transfer(ctx, src, dst, transfer.WithProgress(tap))
+	if err := s.next.Transfer(ctx, src, dst, transfer.WithProgress(tap)); err != nil {
+		return err
+	}
+	s.recordSource(ctx, dst, rec, prev)
+	return nil
+}
+
+// recordSource labels what a successful pull stored with where it came
+// from. A failure to label does not fail the pull: the image is there.
+func (s *Service) recordSource(ctx context.Context, dst transfer.ImageStorer, rec *source.Fetcher, prev map[string]string) {
+	var res source.Result
+	if rec != nil {
+		res = rec.Result()
+	}
+	if err := s.labelStored(ctx, dst, sourceLabels(res, prev)); err != nil {
+		log.G(ctx).WithError(err).Warn("pull source not recorded")
+	}
 }
 
 // fastPath completes a pull without a slot when the image is present and
@@ -182,11 +232,32 @@ func (s *Service) fastPath(ctx context.Context, src transfer.ImageFetcher, dst t
 		}
 		return nil, false, nil
 	}
-	if _, err := dst.Store(ctx, desc, s.local.Images); err != nil {
-		return nil, false, fmt.Errorf("store %s: %w", ref, err)
+	if !s.stored(ctx, dst, desc) {
+		if _, err := dst.Store(ctx, desc, s.local.Images); err != nil {
+			return nil, false, fmt.Errorf("store %s: %w", ref, err)
+		}
 	}
 	log.G(ctx).WithField("ref", ref).WithField("digest", desc.Digest).Debug("pull served from the local store")
 	return nil, true, nil
+}
+
+// stored reports whether the destination's records exist with target
+// already. Storing again would rewrite them and wipe their labels.
+func (s *Service) stored(ctx context.Context, dst transfer.ImageStorer, target ocispec.Descriptor) bool {
+	l, ok := dst.(transfer.ImageLookup)
+	if !ok {
+		return false
+	}
+	recs, err := l.Lookup(ctx, s.local.Images)
+	if err != nil || len(recs) == 0 {
+		return false
+	}
+	for _, r := range recs {
+		if r.Target.Digest != target.Digest {
+			return false
+		}
+	}
+	return true
 }
 
 func imageOf(src any) string {
@@ -196,13 +267,18 @@ func imageOf(src any) string {
 	return fmt.Sprint(src)
 }
 
-func isDigest(ref string) bool {
+func isDigest(ref string) bool { return digestOf(ref) != "" }
+
+// digestOf returns the digest of a digest reference, else "".
+func digestOf(ref string) digest.Digest {
 	named, err := reference.ParseDockerRef(ref)
 	if err != nil {
-		return false
+		return ""
 	}
-	_, ok := named.(reference.Digested)
-	return ok
+	if d, ok := named.(reference.Digested); ok {
+		return d.Digest()
+	}
+	return ""
 }
 
 func normalize(ref string) string {

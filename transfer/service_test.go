@@ -60,19 +60,19 @@ func (f *fakeNext) count() int {
 	return f.calls
 }
 
-// source and dest mimic registry.OCIRegistry and image.Store closely
+// fakeSource and fakeDest mimic registry.OCIRegistry and image.Store closely
 // enough to be keyed: a name and a self-description.
-type source struct {
+type fakeSource struct {
 	ref   string
 	creds string // "" for none
 }
 
-func (s source) Image() string { return s.ref }
-func (s source) Resolve(context.Context) (string, ocispec.Descriptor, error) {
+func (s fakeSource) Image() string { return s.ref }
+func (s fakeSource) Resolve(context.Context) (string, ocispec.Descriptor, error) {
 	return s.ref, ocispec.Descriptor{}, nil
 }
-func (s source) Fetcher(context.Context, string) (transfer.Fetcher, error) { return nil, nil }
-func (s source) MarshalAny(ctx context.Context, sm streaming.StreamCreator) (typeurl.Any, error) {
+func (s fakeSource) Fetcher(context.Context, string) (transfer.Fetcher, error) { return nil, nil }
+func (s fakeSource) MarshalAny(ctx context.Context, sm streaming.StreamCreator) (typeurl.Any, error) {
 	res := &transfertypes.RegistryResolver{}
 	if s.creds != "" {
 		st, err := sm.Create(ctx, "creds")
@@ -95,12 +95,12 @@ func (s source) MarshalAny(ctx context.Context, sm streaming.StreamCreator) (typ
 	return typeurl.MarshalAny(&transfertypes.OCIRegistry{Reference: s.ref, Resolver: res})
 }
 
-type dest struct{ name string }
+type fakeDest struct{ name string }
 
-func (d dest) Store(context.Context, ocispec.Descriptor, images.Store) ([]images.Image, error) {
+func (d fakeDest) Store(context.Context, ocispec.Descriptor, images.Store) ([]images.Image, error) {
 	return nil, nil
 }
-func (d dest) MarshalAny(context.Context, streaming.StreamCreator) (typeurl.Any, error) {
+func (d fakeDest) MarshalAny(context.Context, streaming.StreamCreator) (typeurl.Any, error) {
 	return typeurl.MarshalAny(&transfertypes.ImageStore{Name: d.name, Labels: map[string]string{"a": "1", "b": "2", "c": "3"}})
 }
 
@@ -113,7 +113,9 @@ func newService(t *testing.T, next transfer.Transferrer) *Service {
 	return s
 }
 
-func outcome(s *Service, o string) float64 { return testutil.ToFloat64(s.metrics.pulls.WithLabelValues(o)) }
+func outcome(s *Service, o string) float64 {
+	return testutil.ToFloat64(s.metrics.pulls.WithLabelValues(o))
+}
 
 func TestNonPullsPassThrough(t *testing.T) {
 	next := &fakeNext{err: errors.New("boom")}
@@ -138,7 +140,7 @@ func TestPullOutcomes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			next := &fakeNext{err: tc.err}
 			s := newService(t, next)
-			err := s.Transfer(context.Background(), source{ref: "example.com/a:1"}, dest{name: "example.com/a:1"})
+			err := s.Transfer(context.Background(), fakeSource{ref: "example.com/a:1"}, fakeDest{name: "example.com/a:1"})
 			if !errors.Is(err, tc.err) {
 				t.Fatalf("got %v", err)
 			}
@@ -156,7 +158,7 @@ func TestIdenticalPullsShareOneTransfer(t *testing.T) {
 	errs := make(chan error, callers)
 	for range callers {
 		go func() {
-			errs <- s.Transfer(context.Background(), source{ref: "example.com/a:1", creds: "x"}, dest{name: "example.com/a:1"})
+			errs <- s.Transfer(context.Background(), fakeSource{ref: "example.com/a:1", creds: "x"}, fakeDest{name: "example.com/a:1"})
 		}()
 	}
 	<-next.started
@@ -181,7 +183,7 @@ func TestDifferentCredentialsNeverShare(t *testing.T) {
 	errs := make(chan error, 2)
 	for _, creds := range []string{"alice", "bob"} {
 		go func() {
-			errs <- s.Transfer(context.Background(), source{ref: "example.com/a:1", creds: creds}, dest{name: "example.com/a:1"})
+			errs <- s.Transfer(context.Background(), fakeSource{ref: "example.com/a:1", creds: creds}, fakeDest{name: "example.com/a:1"})
 		}()
 	}
 	<-next.started
@@ -200,16 +202,18 @@ func TestDifferentCredentialsNeverShare(t *testing.T) {
 func TestGateLimitsAndTimesOut(t *testing.T) {
 	next := &fakeNext{release: make(chan struct{}), started: make(chan string, 5)}
 	s := newService(t, next)
-	s.Configure(gate.New(1, 20*time.Millisecond), []string{"example.com/pause:3.10"})
+	s.Configure(Config{Gate: gate.New(1, 20*time.Millisecond), Bypass: []string{"example.com/pause:3.10"}})
 
 	first := make(chan error, 1)
-	go func() { first <- s.Transfer(context.Background(), source{ref: "example.com/a:1"}, dest{name: "a"}) }()
+	go func() {
+		first <- s.Transfer(context.Background(), fakeSource{ref: "example.com/a:1"}, fakeDest{name: "a"})
+	}()
 	<-next.started
 	if got := s.Pulls(); len(got) != 1 || got[0].State != StatePulling || got[0].BytesDone != 5 || got[0].BytesTotal != 10 {
 		t.Fatalf("Pulls() = %+v", got)
 	}
 
-	err := s.Transfer(context.Background(), source{ref: "example.com/b:1"}, dest{name: "b"})
+	err := s.Transfer(context.Background(), fakeSource{ref: "example.com/b:1"}, fakeDest{name: "b"})
 	if !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("queued pull got %v, want ResourceExhausted", err)
 	}
@@ -219,7 +223,9 @@ func TestGateLimitsAndTimesOut(t *testing.T) {
 
 	// The sandbox image skips the full queue (short name, normalized).
 	sandbox := make(chan error, 1)
-	go func() { sandbox <- s.Transfer(context.Background(), source{ref: "example.com/pause:3.10"}, dest{name: "p"}) }()
+	go func() {
+		sandbox <- s.Transfer(context.Background(), fakeSource{ref: "example.com/pause:3.10"}, fakeDest{name: "p"})
+	}()
 	if got := <-next.started; got != "example.com/pause:3.10" {
 		t.Fatalf("started %s", got)
 	}
@@ -247,6 +253,6 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 var (
-	_ transfer.ImageFetcher = source{}
-	_ transfer.ImageStorer  = dest{}
+	_ transfer.ImageFetcher = fakeSource{}
+	_ transfer.ImageStorer  = fakeDest{}
 )

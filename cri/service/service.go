@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+	"github.com/pullwise/pullwise/cri/pullsource"
 	"github.com/pullwise/pullwise/transfer"
 )
 
@@ -22,6 +23,10 @@ type Runtime struct {
 	PullPath func() (usesTransfer bool, warning string)
 	// Pulls lists the node's pulls in flight or waiting.
 	Pulls func() []transfer.PullStatus
+	// CRI returns the upstream CRI service, which loads after this one.
+	CRI func() (CRI, error)
+	// Sources reads the pull sources of images.
+	Sources *pullsource.Sources
 }
 
 // Service is the Pullwise API. RPCs that later work implements answer

@@ -12,12 +12,14 @@ import (
 	"github.com/containerd/plugin/registry"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/plugins"
 	ctrdversion "github.com/containerd/containerd/v2/version"
 
 	"github.com/pullwise/pullwise/cri/criconfig"
 	"github.com/pullwise/pullwise/cri/observe"
 	"github.com/pullwise/pullwise/cri/podctx"
+	"github.com/pullwise/pullwise/cri/pullsource"
 	"github.com/pullwise/pullwise/cri/service"
 	"github.com/pullwise/pullwise/plugin/interceptor"
 	"github.com/pullwise/pullwise/plugin/version"
@@ -30,9 +32,9 @@ func init() {
 		Type:   plugins.GRPCPlugin,
 		ID:     "pullwise",
 		Config: DefaultConfig(),
-		// Only for ordering: CRI's images plugin must have settled its pull
-		// path before it is read here.
-		Requires: []plugin.Type{plugins.CRIServicePlugin},
+		// CRI's images plugin must have settled its pull path before it is
+		// read here.
+		Requires: []plugin.Type{plugins.CRIServicePlugin, plugins.MetadataPlugin},
 		InitFn: func(ic *plugin.InitContext) (any, error) {
 			c := ic.Config.(*Config)
 			if err := c.Validate(); err != nil {
@@ -50,19 +52,32 @@ func init() {
 			if !ok {
 				return nil, fmt.Errorf("transfer plugin is %T, not Pullwise's: is upstream's plugins/transfer built in?", t)
 			}
-			pinned := criPinnedImages(ic)
-			ts.Configure(gate.New(c.MaxParallelImagePulls, time.Duration(c.PullQueueTimeout)), pinned)
+			cri := criImages(ic)
+			tc := ts.Config()
+			tc.Gate = gate.New(c.MaxParallelImagePulls, time.Duration(c.PullQueueTimeout))
+			tc.Bypass = cri.pinned
+			if cri.registryConfigPath != "" {
+				tc.HostDirs = append(tc.HostDirs, cri.registryConfigPath)
+			}
+			ts.Configure(tc)
+			pinned := cri.pinned
 			log.G(ic.Context).WithFields(log.Fields{
 				"max_parallel_image_pulls": c.MaxParallelImagePulls,
 				"pull_queue_timeout":       c.PullQueueTimeout,
 				"queue_bypass":             pinned,
 			}).Info("pull gate configured")
+			m, err := ic.GetSingle(plugins.MetadataPlugin)
+			if err != nil {
+				return nil, err
+			}
 			return service.New(service.Runtime{
 				PullwiseVersion: version.Version,
 				Name:            ctrdversion.Name,
 				Version:         ctrdversion.Version,
 				PullPath:        pullPath,
 				Pulls:           ts.Pulls,
+				CRI:             func() (service.CRI, error) { return upstreamCRI(ic.Plugins()) },
+				Sources:         pullsource.New(metadata.NewImageStore(m.(*metadata.DB))),
 			}), nil
 		},
 	})
@@ -72,6 +87,19 @@ func init() {
 		ID:   "pull-pod",
 		InitFn: func(*plugin.InitContext) (any, error) {
 			return podctx.Interceptor{}, nil
+		},
+	})
+
+	registry.Register(&plugin.Registration{
+		Type:     interceptor.Plugin,
+		ID:       "pull-source",
+		Requires: []plugin.Type{plugins.MetadataPlugin},
+		InitFn: func(ic *plugin.InitContext) (any, error) {
+			m, err := ic.GetSingle(plugins.MetadataPlugin)
+			if err != nil {
+				return nil, err
+			}
+			return pullsource.New(metadata.NewImageStore(m.(*metadata.DB))), nil
 		},
 	})
 
@@ -107,21 +135,47 @@ func criPullPath(set *plugin.Set) (bool, string) {
 	return true, ""
 }
 
-// criPinnedImages returns the images CRI pins (the sandbox image among
-// them), whose pulls skip the queue: no pod starts without them.
-func criPinnedImages(ic *plugin.InitContext) []string {
+type criImagesInfo struct {
+	// pinned are the images CRI pins (the sandbox image among them), whose
+	// pulls skip the queue: no pod starts without them.
+	pinned []string
+	// registryConfigPath is CRI's hosts.toml root(s), for pulls (from ctr)
+	// that name none.
+	registryConfigPath string
+}
+
+func criImages(ic *plugin.InitContext) criImagesInfo {
+	var info criImagesInfo
 	p := ic.Plugins().Get(plugins.CRIServicePlugin, "images")
 	if p == nil {
-		return nil
+		return info
 	}
+	info.registryConfigPath = p.Meta.Exports["RegistryConfigPath"]
 	c, err := criconfig.Read(p.Config)
 	if err != nil {
 		log.G(ic.Context).WithError(err).Warn("cannot read CRI pinned_images: the sandbox image will queue like any pull")
-		return nil
+		return info
 	}
-	refs := make([]string, 0, len(c.PinnedImages))
 	for _, r := range c.PinnedImages {
-		refs = append(refs, r)
+		info.pinned = append(info.pinned, r)
 	}
-	return refs
+	return info
+}
+
+// upstreamCRI returns the CRI plugin's instance. It is a GRPCPlugin like
+// this one, so it cannot be required, only looked up once it exists.
+func upstreamCRI(set *plugin.Set) (service.CRI, error) {
+	p := set.Get(plugins.GRPCPlugin, "cri")
+	if p == nil {
+		return nil, fmt.Errorf("CRI plugin not loaded")
+	}
+	inst, err := p.Instance()
+	if err != nil {
+		return nil, fmt.Errorf("CRI plugin failed to start: %w", err)
+	}
+	c, ok := inst.(service.CRI)
+	if !ok {
+		return nil, fmt.Errorf("CRI plugin instance %T does not serve CRI", inst)
+	}
+	return c, nil
 }

@@ -70,11 +70,18 @@ func init() {
 				Verifiers:                   verifiers,
 				RegistryConfigPath:          c.RegistryConfigPath,
 			})
-			return transfer.New(next, transfer.Local{
+			ts, err := transfer.New(next, transfer.Local{
 				Images:      metadata.NewImageStore(db),
 				Content:     db.ContentStore(),
 				Snapshotter: db.Snapshotter,
 			}, prometheus.DefaultRegisterer)
+			if err != nil {
+				return nil, err
+			}
+			if c.RegistryConfigPath != "" {
+				ts.Configure(transfer.Config{HostDirs: []string{c.RegistryConfigPath}})
+			}
+			return ts, nil
 		},
 	})
 }

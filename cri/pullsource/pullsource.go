@@ -1,0 +1,182 @@
+// Package pullsource shows, through CRI, which registry served each image
+// (KEP-4589): it copies the pull-source label the transfer layer sets onto
+// every name CRI gives an image, adds it to verbose image and container
+// status, and stamps it on containers when they are created, so a
+// container keeps the source of the image it was created from.
+package pullsource
+
+import (
+	"context"
+	"errors"
+
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/distribution/reference"
+	"google.golang.org/grpc"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullwise/pullwise/transfer"
+)
+
+const (
+	// ContainerLabel is set on containers at creation.
+	ContainerLabel = "io.pullwise.image-pull-source"
+	// Verbose info keys, plain strings.
+	InfoPullSource      = "pullSource"
+	InfoBlobSources     = "pullSourceBlobs"
+	InfoImagePullSource = "imagePullSource"
+
+	// criNamespace is where CRI keeps its images.
+	criNamespace = "k8s.io"
+)
+
+// CRI methods this package acts on.
+const (
+	methodPullImage       = "/runtime.v1.ImageService/PullImage"
+	methodImageStatus     = "/runtime.v1.ImageService/ImageStatus"
+	methodCreateContainer = "/runtime.v1.RuntimeService/CreateContainer"
+	methodContainerStatus = "/runtime.v1.RuntimeService/ContainerStatus"
+)
+
+// Sources reads and writes pull-source labels in CRI's image store.
+type Sources struct {
+	images images.Store
+}
+
+// New returns Sources over the metadata image store.
+func New(store images.Store) *Sources { return &Sources{images: store} }
+
+// Of returns an image's pull source and blob sources, from the first of
+// its records (tags, then digests, then ID) that has one. Images that were
+// never pulled (imported, preloaded) have none: "".
+func (s *Sources) Of(ctx context.Context, img *runtime.Image) (pullSource, blobs string) {
+	ctx = namespaces.WithNamespace(ctx, criNamespace)
+	names := append(append(append([]string{}, img.GetRepoTags()...), img.GetRepoDigests()...), img.GetId())
+	for _, n := range names {
+		rec, err := s.images.Get(ctx, n)
+		if err != nil {
+			continue
+		}
+		if v := rec.Labels[transfer.LabelPullSource]; v != "" {
+			return v, rec.Labels[transfer.LabelBlobSources]
+		}
+	}
+	return "", ""
+}
+
+// ofName returns the labels of the record an image reference or ID names.
+func (s *Sources) ofName(ctx context.Context, name string) (map[string]string, error) {
+	ctx = namespaces.WithNamespace(ctx, criNamespace)
+	candidates := []string{name}
+	if n, err := reference.ParseDockerRef(name); err == nil && n.String() != name {
+		candidates = append(candidates, n.String())
+	}
+	for _, c := range candidates {
+		rec, err := s.images.Get(ctx, c)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return rec.Labels, nil
+	}
+	return nil, nil
+}
+
+// UnaryServerInterceptor implements interceptor.Unary.
+func (s *Sources) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		switch info.FullMethod {
+		case methodCreateContainer:
+			if r, ok := req.(*runtime.CreateContainerRequest); ok {
+				s.stampContainer(ctx, r)
+			}
+		}
+		resp, err := handler(ctx, req)
+		if err != nil {
+			return resp, err
+		}
+		switch info.FullMethod {
+		case methodPullImage:
+			r, _ := req.(*runtime.PullImageRequest)
+			out, _ := resp.(*runtime.PullImageResponse)
+			s.labelNames(ctx, r.GetImage().GetImage(), out.GetImageRef())
+		case methodImageStatus:
+			r, _ := req.(*runtime.ImageStatusRequest)
+			out, _ := resp.(*runtime.ImageStatusResponse)
+			if r.GetVerbose() && out.GetImage() != nil {
+				src, blobs := s.Of(ctx, out.GetImage())
+				if out.Info == nil {
+					out.Info = map[string]string{}
+				}
+				out.Info[InfoPullSource] = src
+				if blobs != "" {
+					out.Info[InfoBlobSources] = blobs
+				}
+			}
+		case methodContainerStatus:
+			r, _ := req.(*runtime.ContainerStatusRequest)
+			out, _ := resp.(*runtime.ContainerStatusResponse)
+			if r.GetVerbose() && out.GetStatus() != nil {
+				if out.Info == nil {
+					out.Info = map[string]string{}
+				}
+				out.Info[InfoImagePullSource] = out.GetStatus().GetLabels()[ContainerLabel]
+			}
+		}
+		return resp, nil
+	}
+}
+
+// labelNames copies the pull-source labels from the record the pull
+// stored (named by the reference asked for) to the records CRI adds after
+// the transfer: the repo digest and the image ID.
+func (s *Sources) labelNames(ctx context.Context, ref, imageID string) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return
+	}
+	ctx = namespaces.WithNamespace(ctx, criNamespace)
+	rec, err := s.images.Get(ctx, named.String())
+	if err != nil {
+		log.G(ctx).WithError(err).WithField("ref", named.String()).Debug("pulled image record not found; pull source not copied")
+		return
+	}
+	want := map[string]string{
+		transfer.LabelPullSource:  rec.Labels[transfer.LabelPullSource],
+		transfer.LabelBlobSources: rec.Labels[transfer.LabelBlobSources],
+	}
+	names := []string{reference.TrimNamed(named).String() + "@" + rec.Target.Digest.String()}
+	if imageID != "" {
+		names = append(names, imageID)
+	}
+	for _, n := range names {
+		other, err := s.images.Get(ctx, n)
+		if err != nil {
+			continue
+		}
+		if err := transfer.SetLabels(ctx, s.images, other, want); err != nil {
+			log.G(ctx).WithError(err).WithField("image", n).Warn("pull source not recorded")
+		}
+	}
+}
+
+// stampContainer adds the image's pull source to the container's labels,
+// where it stays for the container's life whatever happens to the image.
+func (s *Sources) stampContainer(ctx context.Context, r *runtime.CreateContainerRequest) {
+	cfg := r.GetConfig()
+	if cfg == nil {
+		return
+	}
+	labels, err := s.ofName(ctx, cfg.GetImage().GetImage())
+	if err != nil || labels[transfer.LabelPullSource] == "" {
+		return
+	}
+	if cfg.Labels == nil {
+		cfg.Labels = map[string]string{}
+	}
+	cfg.Labels[ContainerLabel] = labels[transfer.LabelPullSource]
+}

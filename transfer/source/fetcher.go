@@ -1,0 +1,208 @@
+// Package source records which registry host served each pull. A pull
+// source from CRI or ctr (registry.OCIRegistry) hides its resolver, so the
+// source is rebuilt here from what it exposes about itself, with a
+// transport per registry host that notes who answered.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	transfertypes "github.com/containerd/containerd/api/types/transfer"
+	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/containerd/v2/core/remotes/docker/config"
+	"github.com/containerd/containerd/v2/core/streaming"
+	"github.com/containerd/containerd/v2/core/transfer"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// describer is a pull source that can describe itself and name its image,
+// as registry.OCIRegistry does.
+type describer interface {
+	transfer.ImageFetcher
+	Image() string
+	MarshalAny(context.Context, streaming.StreamCreator) (typeurl.Any, error)
+}
+
+// Fetcher is a registry pull source that records who served it. It keeps
+// the faces the local transfer service looks for: the download limiter
+// arrives through SetResolverOptions.
+type Fetcher struct {
+	ref      string
+	orig     describer
+	resolver remotes.Resolver
+	rec      *Recorder
+	creds    *Pipe // nil without credentials
+}
+
+// New rebuilds src as a recording Fetcher. hostDirs is where hosts.toml
+// trees are looked up when the source names none (ctr's --hosts-dir can get
+// lost on the way to the daemon); each entry may itself be a list separated
+// by ":", as CRI's config_path is. ok is false when src is not a registry
+// source that can be rebuilt; use src as it is then. ctx must last as long
+// as the pull: the source serves its credentials until it ends or Close.
+func New(ctx context.Context, src transfer.ImageFetcher, hostDirs ...string) (f *Fetcher, ok bool, err error) {
+	d, isDescriber := src.(describer)
+	if !isDescriber {
+		return nil, false, nil
+	}
+	streams := &Streams{}
+	a, err := d.MarshalAny(ctx, streams)
+	if err != nil {
+		return nil, false, fmt.Errorf("describe %s: %w", d.Image(), err)
+	}
+	var desc transfertypes.OCIRegistry
+	if err := typeurl.UnmarshalTo(a, &desc); err != nil {
+		// Not a registry source after all.
+		return nil, false, nil
+	}
+	f = &Fetcher{ref: desc.Reference, orig: d, rec: &Recorder{}, creds: streams.Stream()}
+	res := desc.GetResolver()
+
+	opts := config.HostOptions{DefaultScheme: res.GetDefaultScheme()}
+	dirs := hostDirs
+	if res.GetHostDir() != "" {
+		dirs = []string{res.GetHostDir()}
+	}
+	opts.HostDir = hostDirFunc(dirs)
+	if f.creds != nil {
+		ask := credentialAsker(f.creds, desc.Reference)
+		opts.Credentials = ask
+	}
+	headers := http.Header{}
+	for k, v := range res.GetHeaders() {
+		headers.Set(k, v)
+	}
+	hosts := config.ConfigureHosts(ctx, opts)
+	f.resolver = docker.NewResolver(docker.ResolverOptions{
+		Hosts: func(host string) ([]docker.RegistryHost, error) {
+			hs, err := hosts(host)
+			for i := range hs {
+				hs[i].Client = f.rec.wrap(hs[i].Client)
+			}
+			return hs, err
+		},
+		Headers: headers,
+	})
+	return f, true, nil
+}
+
+// hostDirFunc looks a registry host up in each config_path root in turn.
+// CRI's default is the list "/etc/containerd/certs.d:/etc/docker/certs.d",
+// which upstream treats as one directory (containerd#12808).
+func hostDirFunc(dirs []string) func(string) (string, error) {
+	var roots []string
+	for _, d := range dirs {
+		for _, r := range filepath.SplitList(d) {
+			if r != "" {
+				roots = append(roots, r)
+			}
+		}
+	}
+	return func(host string) (string, error) {
+		for _, r := range roots {
+			dir, err := config.HostDirFromRoot(r)(host)
+			if err == nil {
+				return dir, nil
+			}
+			if !errors.Is(err, errdefs.ErrNotFound) && !os.IsNotExist(err) {
+				return "", err
+			}
+		}
+		return "", errdefs.ErrNotFound
+	}
+}
+
+// credentialAsker asks the source's credentials stream, one question at a
+// time, as the source's own resolver would.
+func credentialAsker(p *Pipe, ref string) func(host string) (string, string, error) {
+	var mu sync.Mutex
+	return func(host string) (string, string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		req, err := typeurl.MarshalAny(&transfertypes.AuthRequest{Host: host, Reference: ref})
+		if err != nil {
+			return "", "", err
+		}
+		if err := p.Ours.Send(req); err != nil {
+			return "", "", fmt.Errorf("ask credentials for %s: %w", host, err)
+		}
+		a, err := p.Ours.Recv()
+		if err != nil {
+			return "", "", fmt.Errorf("ask credentials for %s: %w", host, err)
+		}
+		var resp transfertypes.AuthResponse
+		if err := typeurl.UnmarshalTo(a, &resp); err != nil {
+			return "", "", fmt.Errorf("decode credentials for %s: %w", host, err)
+		}
+		switch resp.GetAuthType() {
+		case transfertypes.AuthType_CREDENTIALS:
+			return resp.GetUsername(), resp.GetSecret(), nil
+		case transfertypes.AuthType_REFRESH:
+			return "", resp.GetSecret(), nil
+		}
+		// Header auth has no place in host credentials; the registry
+		// answers with its challenge, as it would upstream.
+		return "", "", nil
+	}
+}
+
+// Close stops serving the source's credentials.
+func (f *Fetcher) Close() error {
+	if f.creds != nil {
+		return f.creds.Close()
+	}
+	return nil
+}
+
+// Result says where the pull came from, for the reference it asked for.
+func (f *Fetcher) Result() Result {
+	return f.rec.Result(reference(f.ref))
+}
+
+// reference is the tag or digest part of ref.
+func reference(ref string) string {
+	if i := strings.LastIndex(ref, "@"); i >= 0 {
+		return ref[i+1:]
+	}
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		return ref[i+1:]
+	}
+	return "latest"
+}
+
+// Image implements the image naming registry sources have.
+func (f *Fetcher) Image() string { return f.ref }
+
+func (f *Fetcher) String() string { return fmt.Sprint(f.orig) }
+
+// Resolve implements transfer.ImageResolver.
+func (f *Fetcher) Resolve(ctx context.Context) (string, ocispec.Descriptor, error) {
+	return f.resolver.Resolve(ctx, f.ref)
+}
+
+// Fetcher implements transfer.ImageFetcher.
+func (f *Fetcher) Fetcher(ctx context.Context, ref string) (transfer.Fetcher, error) {
+	return f.resolver.Fetcher(ctx, ref)
+}
+
+// SetResolverOptions implements transfer.ImageResolverOptionSetter.
+func (f *Fetcher) SetResolverOptions(opts ...transfer.ImageResolverOption) {
+	if r, ok := f.resolver.(remotes.ResolverWithOptions); ok {
+		r.SetOptions(opts...)
+	}
+}
+
+// MarshalAny describes the original source.
+func (f *Fetcher) MarshalAny(ctx context.Context, sm streaming.StreamCreator) (typeurl.Any, error) {
+	return f.orig.MarshalAny(ctx, sm)
+}
