@@ -103,7 +103,7 @@ func (s *Sources) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		case methodPullImage:
 			r, _ := req.(*runtime.PullImageRequest)
 			out, _ := resp.(*runtime.PullImageResponse)
-			s.labelNames(ctx, r.GetImage().GetImage(), out.GetImageRef())
+			s.LabelNames(ctx, r.GetImage().GetImage(), out.GetImageRef())
 		case methodImageStatus:
 			r, _ := req.(*runtime.ImageStatusRequest)
 			out, _ := resp.(*runtime.ImageStatusResponse)
@@ -131,10 +131,10 @@ func (s *Sources) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// labelNames copies the pull-source labels from the record the pull
+// LabelNames copies the pull-source labels from the record the pull
 // stored (named by the reference asked for) to the records CRI adds after
 // the transfer: the repo digest and the image ID.
-func (s *Sources) labelNames(ctx context.Context, ref, imageID string) {
+func (s *Sources) LabelNames(ctx context.Context, ref, imageID string) {
 	named, err := reference.ParseDockerRef(ref)
 	if err != nil {
 		return
@@ -154,6 +154,31 @@ func (s *Sources) labelNames(ctx context.Context, ref, imageID string) {
 		names = append(names, imageID)
 	}
 	for _, n := range names {
+		other, err := s.images.Get(ctx, n)
+		if err != nil {
+			continue
+		}
+		if err := transfer.SetLabels(ctx, s.images, other, want); err != nil {
+			log.G(ctx).WithError(err).WithField("image", n).Warn("pull source not recorded")
+		}
+	}
+}
+
+// Record sets the pull source of the image ref names on its tag, repo
+// digest and ID records, keeping the blob sources it had: for a check that
+// asked the registry and found the image up to date.
+func (s *Sources) Record(ctx context.Context, ref, imageID, pullSource string) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil || pullSource == "" {
+		return
+	}
+	ctx = namespaces.WithNamespace(ctx, criNamespace)
+	rec, err := s.images.Get(ctx, named.String())
+	if err != nil {
+		return
+	}
+	want := map[string]string{transfer.LabelPullSource: pullSource}
+	for _, n := range []string{named.String(), reference.TrimNamed(named).String() + "@" + rec.Target.Digest.String(), imageID} {
 		other, err := s.images.Get(ctx, n)
 		if err != nil {
 			continue

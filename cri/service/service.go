@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+	"github.com/pullwise/pullwise/cri/policy"
 	"github.com/pullwise/pullwise/cri/pullsource"
 	"github.com/pullwise/pullwise/transfer"
 )
@@ -27,6 +28,8 @@ type Runtime struct {
 	CRI func() (CRI, error)
 	// Sources reads the pull sources of images.
 	Sources *pullsource.Sources
+	// Decider applies pull policies.
+	Decider *policy.Decider
 }
 
 // Service is the Pullwise API. RPCs that later work implements answer

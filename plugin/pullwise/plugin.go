@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/plugin/registry"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/plugins"
 	ctrdversion "github.com/containerd/containerd/v2/version"
@@ -19,6 +20,7 @@ import (
 	"github.com/pullwise/pullwise/cri/criconfig"
 	"github.com/pullwise/pullwise/cri/observe"
 	"github.com/pullwise/pullwise/cri/podctx"
+	"github.com/pullwise/pullwise/cri/policy"
 	"github.com/pullwise/pullwise/cri/pullsource"
 	"github.com/pullwise/pullwise/cri/service"
 	"github.com/pullwise/pullwise/plugin/interceptor"
@@ -70,6 +72,8 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			store := metadata.NewImageStore(m.(*metadata.DB))
+			sources := pullsource.New(store)
 			return service.New(service.Runtime{
 				PullwiseVersion: version.Version,
 				Name:            ctrdversion.Name,
@@ -77,7 +81,8 @@ func init() {
 				PullPath:        pullPath,
 				Pulls:           ts.Pulls,
 				CRI:             func() (service.CRI, error) { return upstreamCRI(ic.Plugins()) },
-				Sources:         pullsource.New(metadata.NewImageStore(m.(*metadata.DB))),
+				Sources:         sources,
+				Decider:         newDecider(ic.Plugins(), ts, store, sources),
 			}), nil
 		},
 	})
@@ -100,6 +105,35 @@ func init() {
 				return nil, err
 			}
 			return pullsource.New(metadata.NewImageStore(m.(*metadata.DB))), nil
+		},
+	})
+
+	registry.Register(&plugin.Registration{
+		Type: interceptor.Plugin,
+		ID:   "pull-policy",
+		// The pullwise plugin's config is read here.
+		Requires: []plugin.Type{plugins.GRPCPlugin, plugins.MetadataPlugin, plugins.TransferPlugin},
+		InitFn: func(ic *plugin.InitContext) (any, error) {
+			c := DefaultConfig()
+			if p := ic.Plugins().Get(plugins.GRPCPlugin, "pullwise"); p != nil {
+				c = p.Config.(*Config)
+			}
+			m, err := ic.GetSingle(plugins.MetadataPlugin)
+			if err != nil {
+				return nil, err
+			}
+			t, err := ic.GetSingle(plugins.TransferPlugin)
+			if err != nil {
+				return nil, err
+			}
+			ts, ok := t.(*transfer.Service)
+			if !ok {
+				return nil, fmt.Errorf("transfer plugin is %T, not Pullwise's", t)
+			}
+			store := metadata.NewImageStore(m.(*metadata.DB))
+			nodeWide := c.AlwaysPullPolicy == PolicyIfNewerNotPresent
+			log.G(ic.Context).WithField("always_pull_policy", c.AlwaysPullPolicy).Info("CRI pull policy")
+			return policy.NewInterceptor(newDecider(ic.Plugins(), ts, store, pullsource.New(store)), nodeWide), nil
 		},
 	})
 
@@ -178,4 +212,16 @@ func upstreamCRI(set *plugin.Set) (service.CRI, error) {
 		return nil, fmt.Errorf("CRI plugin instance %T does not serve CRI", inst)
 	}
 	return c, nil
+}
+
+// newDecider builds the pull-policy decider: CRI says what is present, the
+// node's hosts.toml and the pull's credentials reach the registry.
+func newDecider(set *plugin.Set, ts *transfer.Service, store images.Store, sources *pullsource.Sources) *policy.Decider {
+	return policy.New(policy.Deps{
+		Local: policy.CRILocal(func() (policy.ImageStatuser, error) { return upstreamCRI(set) }, store),
+		Resolve: policy.RegistryResolver(func() []string {
+			return ts.Config().HostDirs
+		}),
+		Reassert: sources.Record,
+	}, policy.DefaultRetry)
 }

@@ -68,32 +68,48 @@ func New(ctx context.Context, src transfer.ImageFetcher, hostDirs ...string) (f 
 	f = &Fetcher{ref: desc.Reference, orig: d, rec: &Recorder{}, creds: streams.Stream()}
 	res := desc.GetResolver()
 
-	opts := config.HostOptions{DefaultScheme: res.GetDefaultScheme()}
 	dirs := hostDirs
 	if res.GetHostDir() != "" {
 		dirs = []string{res.GetHostDir()}
 	}
-	opts.HostDir = hostDirFunc(dirs)
+	hosts := Hosts{Dirs: dirs, DefaultScheme: res.GetDefaultScheme(), Headers: http.Header{}}
 	if f.creds != nil {
-		ask := credentialAsker(f.creds, desc.Reference)
-		opts.Credentials = ask
+		hosts.Credentials = credentialAsker(f.creds, desc.Reference)
 	}
-	headers := http.Header{}
 	for k, v := range res.GetHeaders() {
-		headers.Set(k, v)
+		hosts.Headers.Set(k, v)
 	}
-	hosts := config.ConfigureHosts(ctx, opts)
-	f.resolver = docker.NewResolver(docker.ResolverOptions{
+	f.resolver = NewResolver(ctx, hosts, f.rec)
+	return f, true, nil
+}
+
+// Hosts is how to reach registries: hosts.toml roots, credentials, headers.
+type Hosts struct {
+	// Dirs are hosts.toml roots; each may be a ":"-separated list.
+	Dirs          []string
+	DefaultScheme string
+	Credentials   func(host string) (user, secret string, err error)
+	Headers       http.Header
+}
+
+// NewResolver returns containerd's registry resolver for hosts, with every
+// registry host's client recording through rec.
+func NewResolver(ctx context.Context, h Hosts, rec *Recorder) remotes.Resolver {
+	hosts := config.ConfigureHosts(ctx, config.HostOptions{
+		HostDir:       hostDirFunc(h.Dirs),
+		Credentials:   h.Credentials,
+		DefaultScheme: h.DefaultScheme,
+	})
+	return docker.NewResolver(docker.ResolverOptions{
 		Hosts: func(host string) ([]docker.RegistryHost, error) {
 			hs, err := hosts(host)
 			for i := range hs {
-				hs[i].Client = f.rec.wrap(hs[i].Client)
+				hs[i].Client = rec.wrap(hs[i].Client)
 			}
 			return hs, err
 		},
-		Headers: headers,
+		Headers: h.Headers,
 	})
-	return f, true, nil
 }
 
 // hostDirFunc looks a registry host up in each config_path root in turn.

@@ -5,17 +5,20 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Recorder notes which registry host answered each manifest and blob
 // request of one pull. containerd falls back host by host for every
 // request, so one image can come from several hosts.
 type Recorder struct {
-	mu        sync.Mutex
-	manifests []manifestHit
-	blobs     map[string]*BlobStats // by host
+	mu         sync.Mutex
+	manifests  []manifestHit
+	blobs      map[string]*BlobStats // by host
+	retryAfter time.Duration         // longest Retry-After seen since asked
 }
 
 type manifestHit struct {
@@ -99,8 +102,16 @@ type recordingTransport struct {
 
 func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
-	if err != nil || resp.StatusCode >= 400 {
+	if err != nil {
 		return resp, err
+	}
+	if resp.StatusCode >= 400 {
+		if d := retryAfter(resp.Header.Get("Retry-After")); d > 0 {
+			t.rec.mu.Lock()
+			t.rec.retryAfter = max(t.rec.retryAfter, d)
+			t.rec.mu.Unlock()
+		}
+		return resp, nil
 	}
 	kind, repo, ref := parsePath(req.URL.Path)
 	switch kind {
@@ -117,6 +128,30 @@ func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error
 		resp.Body = &countingBody{ReadCloser: resp.Body, add: t.rec.blob(req.URL.Host)}
 	}
 	return resp, nil
+}
+
+// RetryAfter returns the longest Retry-After a registry asked for since the
+// last call, and forgets it.
+func (r *Recorder) RetryAfter() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.retryAfter
+	r.retryAfter = 0
+	return d
+}
+
+// retryAfter parses a Retry-After header: seconds or an HTTP date.
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return time.Until(t)
+	}
+	return 0
 }
 
 // blob counts one blob for host and returns the func its bytes go to.

@@ -1,0 +1,66 @@
+package policy
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullwise/pullwise/transfer/source"
+)
+
+// RegistryResolver returns a Deps.Resolve that asks the registry through
+// containerd's resolver with the node's hosts.toml (hostDirs) and the
+// pull's own credentials: one HEAD for a tag, as a pull's resolve would.
+func RegistryResolver(hostDirs func() []string) func(context.Context, string, *runtime.AuthConfig) (digest.Digest, string, time.Duration, error) {
+	return func(ctx context.Context, ref string, auth *runtime.AuthConfig) (digest.Digest, string, time.Duration, error) {
+		rec := &source.Recorder{}
+		r := source.NewResolver(ctx, source.Hosts{Dirs: hostDirs(), Credentials: credentials(auth)}, rec)
+		_, desc, err := r.Resolve(ctx, ref)
+		if err != nil {
+			return "", "", rec.RetryAfter(), fmt.Errorf("resolve %s: %w", ref, err)
+		}
+		return desc.Digest, rec.Result(refPart(ref)).Source, 0, nil
+	}
+}
+
+// refPart is the tag or digest of a normalized reference.
+func refPart(ref string) string {
+	if i := strings.LastIndex(ref, "@"); i >= 0 {
+		return ref[i+1:]
+	}
+	return ref[strings.LastIndex(ref, ":")+1:]
+}
+
+// credentials turns CRI's AuthConfig into host credentials, the way CRI
+// reads it for its own pulls: a username and password, the same encoded as
+// auth, or an identity token. The auth is meant for the image's registry,
+// so it is offered to whichever host (mirror or upstream) asks.
+func credentials(auth *runtime.AuthConfig) func(string) (string, string, error) {
+	if auth == nil {
+		return nil
+	}
+	return func(string) (string, string, error) {
+		switch {
+		case auth.GetIdentityToken() != "":
+			return "", auth.GetIdentityToken(), nil
+		case auth.GetUsername() != "":
+			return auth.GetUsername(), auth.GetPassword(), nil
+		case auth.GetAuth() != "":
+			b, err := base64.StdEncoding.DecodeString(auth.GetAuth())
+			if err != nil {
+				return "", "", fmt.Errorf("decode auth: %w", err)
+			}
+			user, pass, ok := strings.Cut(string(b), ":")
+			if !ok {
+				return "", "", fmt.Errorf("auth is not user:password")
+			}
+			return user, pass, nil
+		}
+		return "", "", nil
+	}
+}
