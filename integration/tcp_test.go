@@ -59,7 +59,7 @@ func TestGRPCTCPWithTLS(t *testing.T) {
 	}
 }
 
-func freeLoopback(t *testing.T) string {
+func freeLoopback(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -23,8 +23,10 @@ type Retry struct {
 	MaxWait  time.Duration // longest single wait, Retry-After included
 }
 
-// DefaultRetry keeps a pod start waiting a few seconds at most.
-var DefaultRetry = Retry{Attempts: 4, Backoff: 250 * time.Millisecond, MaxWait: 2 * time.Second}
+// DefaultRetry keeps a pod start waiting a few seconds at most. containerd's
+// resolver already repeats a request a few times itself (429 up to five
+// times, 5xx once), so one more check after a pause is enough.
+var DefaultRetry = Retry{Attempts: 2, Backoff: 500 * time.Millisecond, MaxWait: 2 * time.Second}
 
 func (d *Decider) resolve(ctx context.Context, ref string, auth *runtime.AuthConfig) (digest.Digest, string, error) {
 	wait := d.retry.Backoff

@@ -147,6 +147,8 @@ func Start(t testing.TB, opts Options) *Daemon {
 	}
 	d.cmd = exec.Command(bin, "--config", cfgPath, "--log-level", level)
 	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
+	// containerd looks up containerd-shim-runc-v2 in PATH: the one from bin/.
+	d.cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(Bin("containerd"))+":"+os.Getenv("PATH"))
 	// Own process group, so a test's ^C does not reach the daemon first and
 	// the cleanup can still stop it in order.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -280,6 +282,7 @@ func (d *Daemon) Restart(t testing.TB) {
 	cmd := exec.Command(d.cmd.Path, d.cmd.Args[1:]...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = d.cmd.SysProcAttr
+	cmd.Env = d.cmd.Env
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("restart containerd: %v", err)
 	}

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path"
 	"runtime"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +45,14 @@ type Image struct {
 	// depend on the Go version's compressor: use it for benchmarks, not for
 	// pinned digests.
 	Compressible bool
+	// Files, when set, go into one more layer after Layers: path (absolute
+	// or relative to /) to content, each a regular file with mode 0755 and
+	// its parent directories, so an image can carry an executable.
+	Files map[string][]byte
+	// Entrypoint and Cmd are set in the image config, e.g. to run a file
+	// from Files.
+	Entrypoint []string
+	Cmd        []string
 }
 
 // Pushed describes an image written by Push.
@@ -80,6 +90,7 @@ func BuildImage(img Image) (v1.Image, error) {
 		OSVersion:    plat.OSVersion,
 		Created:      v1.Time{Time: epoch},
 		RootFS:       v1.RootFS{Type: "layers"},
+		Config:       v1.Config{Entrypoint: img.Entrypoint, Cmd: img.Cmd},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("set image config: %w", err)
@@ -97,6 +108,17 @@ func BuildImage(img Image) (v1.Image, error) {
 			Layer:     layer,
 			MediaType: types.OCILayer,
 			History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: fmt.Sprintf("registry test layer %d", i)},
+		})
+	}
+	if len(img.Files) > 0 {
+		layer, err := buildFilesLayer(img.Files)
+		if err != nil {
+			return nil, fmt.Errorf("build files layer: %w", err)
+		}
+		adds = append(adds, mutate.Addendum{
+			Layer:     layer,
+			MediaType: types.OCILayer,
+			History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "registry test files"},
 		})
 	}
 	out, err := mutate.Append(base, adds...)
@@ -141,7 +163,68 @@ func buildLayer(seed int64, index int, size int64, compressible bool) (v1.Layer,
 	if err := zw.Close(); err != nil {
 		return nil, fmt.Errorf("close gzip: %w", err)
 	}
-	blob := buf.Bytes()
+	return gzipLayer(buf.Bytes())
+}
+
+// buildFilesLayer makes a gzip tar of files (path to content) and their
+// parent directories, in sorted order, so the blob depends only on files.
+func buildFilesLayer(files map[string][]byte) (v1.Layer, error) {
+	dirs, contents := map[string]bool{}, map[string][]byte{}
+	for p, content := range files {
+		name := strings.TrimPrefix(path.Clean("/"+p), "/")
+		if name == "" {
+			return nil, fmt.Errorf("file path %q names the root", p)
+		}
+		if _, dup := contents[name]; dup {
+			return nil, fmt.Errorf("file path %q given twice", p)
+		}
+		contents[name] = content
+		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+			dirs[dir] = true
+		}
+	}
+	names := make([]string, 0, len(dirs)+len(contents))
+	for name := range dirs {
+		if _, ok := contents[name]; ok {
+			return nil, fmt.Errorf("%q is both a file and a parent directory", name)
+		}
+		names = append(names, name)
+	}
+	for name := range contents {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.NoCompression)
+	if err != nil {
+		return nil, fmt.Errorf("create gzip writer: %w", err)
+	}
+	tw := tar.NewWriter(zw)
+	for _, name := range names {
+		hdr := &tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatUSTAR}
+		content, isFile := contents[name]
+		if isFile {
+			hdr.Typeflag, hdr.Name, hdr.Size = tar.TypeReg, name, int64(len(content))
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, fmt.Errorf("write tar header for %s: %w", name, err)
+		}
+		if _, err := tw.Write(content); err != nil {
+			return nil, fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("close tar: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("close gzip: %w", err)
+	}
+	return gzipLayer(buf.Bytes())
+}
+
+// gzipLayer wraps a gzip tar blob as an OCI layer.
+func gzipLayer(blob []byte) (v1.Layer, error) {
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(blob)), nil
 	}, tarball.WithMediaType(types.OCILayer))

@@ -104,3 +104,82 @@ func TestCompressibleLayersShrink(t *testing.T) {
 		t.Fatalf("compressible 1 MiB layer is %d bytes on the wire, want between a tenth and a half", n)
 	}
 }
+
+func TestBuildImageFilesAndEntrypoint(t *testing.T) {
+	files := map[string][]byte{"/pause": []byte("#!/bin/sh\n"), "usr/bin/tool": []byte("tool"), "/usr/lib/x": nil}
+	img := Image{Layers: []int64{100}, Seed: 3, Files: files, Entrypoint: []string{"/pause"}, Cmd: []string{"-v"}}
+	built, err := BuildImage(img)
+	require.NoError(t, err)
+
+	cfg, err := built.ConfigFile()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/pause"}, cfg.Config.Entrypoint)
+	assert.Equal(t, []string{"-v"}, cfg.Config.Cmd)
+	assert.Len(t, cfg.RootFS.DiffIDs, 2, "the files come in one more layer")
+
+	layers, err := built.Layers()
+	require.NoError(t, err)
+	require.Len(t, layers, 2)
+	lmt, err := layers[1].MediaType()
+	require.NoError(t, err)
+	assert.Equal(t, types.OCILayer, lmt)
+	rc, err := layers[1].Uncompressed()
+	require.NoError(t, err)
+	defer rc.Close()
+	type entry struct {
+		typ     byte
+		mode    int64
+		content string
+	}
+	got := map[string]entry{}
+	var order []string
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		b, err := io.ReadAll(tr)
+		require.NoError(t, err)
+		assert.Zero(t, hdr.ModTime.Unix())
+		got[hdr.Name] = entry{hdr.Typeflag, hdr.Mode, string(b)}
+		order = append(order, hdr.Name)
+	}
+	assert.Equal(t, map[string]entry{
+		"pause":        {tar.TypeReg, 0o755, "#!/bin/sh\n"},
+		"usr/":         {tar.TypeDir, 0o755, ""},
+		"usr/bin/":     {tar.TypeDir, 0o755, ""},
+		"usr/bin/tool": {tar.TypeReg, 0o755, "tool"},
+		"usr/lib/":     {tar.TypeDir, 0o755, ""},
+		"usr/lib/x":    {tar.TypeReg, 0o755, ""},
+	}, got)
+	assert.Equal(t, []string{"pause", "usr/", "usr/bin/", "usr/bin/tool", "usr/lib/", "usr/lib/x"}, order,
+		"directories come before their files")
+
+	// Map order does not leak into digests; content, entrypoint and cmd do.
+	d := digestOf(t, img)
+	for range 5 {
+		assert.Equal(t, d, digestOf(t, img))
+	}
+	variants := map[string]Image{
+		"content":    {Layers: img.Layers, Seed: 3, Files: map[string][]byte{"/pause": []byte("other")}, Entrypoint: img.Entrypoint, Cmd: img.Cmd},
+		"entrypoint": {Layers: img.Layers, Seed: 3, Files: files, Entrypoint: []string{"/usr/bin/tool"}, Cmd: img.Cmd},
+		"cmd":        {Layers: img.Layers, Seed: 3, Files: files, Entrypoint: img.Entrypoint},
+		"no files":   {Layers: img.Layers, Seed: 3, Entrypoint: img.Entrypoint, Cmd: img.Cmd},
+	}
+	for name, v := range variants {
+		assert.NotEqual(t, d, digestOf(t, v), "changing %s changes the digest", name)
+	}
+}
+
+func TestBuildImageRejectsBadFiles(t *testing.T) {
+	for name, files := range map[string]map[string][]byte{
+		"root":             {"/": []byte("x")},
+		"same path twice":  {"/a": nil, "a": nil},
+		"file is a parent": {"/a": nil, "/a/b": nil},
+	} {
+		_, err := BuildImage(Image{Files: files})
+		assert.Error(t, err, name)
+	}
+}
