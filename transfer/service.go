@@ -22,6 +22,7 @@ import (
 
 	"github.com/pullwise/pullwise/transfer/dedupe"
 	"github.com/pullwise/pullwise/transfer/gate"
+	"github.com/pullwise/pullwise/transfer/hub"
 	"github.com/pullwise/pullwise/transfer/source"
 )
 
@@ -32,6 +33,7 @@ type Service struct {
 	local   Local
 	group   dedupe.Group
 	pulls   tracker
+	hub     hub.Hub
 	metrics *metrics
 	unique  atomic.Uint64 // keys for pulls that must not be shared
 
@@ -86,6 +88,9 @@ func (s *Service) Configure(c Config) {
 // Config returns the configuration in force.
 func (s *Service) Config() Config { return s.config.Load().Config }
 
+// Hub is where the progress of pulls is published.
+func (s *Service) Hub() *hub.Hub { return &s.hub }
+
 // Pulls lists the pulls in flight or waiting, oldest first.
 func (s *Service) Pulls() []PullStatus { return s.pulls.list(s.group.CallersOf) }
 
@@ -111,6 +116,9 @@ func (s *Service) pull(ctx context.Context, src transfer.ImageFetcher, dst trans
 	if !ok {
 		key = "unshared/" + strconv.FormatUint(s.unique.Add(1), 10)
 	}
+	podUID := PodFrom(ctx).GetUid()
+	s.hub.Join(key, normalize(imageOf(src)), podUID)
+	defer s.hub.Leave(key, podUID)
 	shared, err := s.group.Do(ctx, key, cfg.Progress, func(ctx context.Context, progress func(transfer.Progress)) error {
 		return s.run(ctx, key, src, dst, progress)
 	})
@@ -132,6 +140,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 			outcome = OutcomeFailed
 		}
 		s.metrics.pulls.WithLabelValues(outcome).Inc()
+		s.hub.Finish(key, err)
 	}()
 
 	// Source labels the pull will rewrite or keep, read before the transfer
@@ -174,6 +183,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 
 	tap := func(ev transfer.Progress) {
 		s.pulls.observe(p, ev)
+		s.hub.Update(key, ev)
 		progress(ev)
 	}
 	if err := s.next.Transfer(ctx, src, dst, transfer.WithProgress(tap)); err != nil {

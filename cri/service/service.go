@@ -30,6 +30,11 @@ type Runtime struct {
 	Sources *pullsource.Sources
 	// Decider applies pull policies.
 	Decider *policy.Decider
+	// Progress issues progress stream URLs; nil when not serving them.
+	Progress ProgressIssuer
+	// Close releases what the runtime holds for the service, such as the
+	// progress server.
+	Close func() error
 }
 
 // Service is the Pullwise API. RPCs that later work implements answer
@@ -42,6 +47,14 @@ type Service struct {
 // New returns the service for rt.
 func New(rt Runtime) *Service {
 	return &Service{rt: rt}
+}
+
+// Close stops what the service runs besides gRPC.
+func (s *Service) Close() error {
+	if s.rt.Close != nil {
+		return s.rt.Close()
+	}
+	return nil
 }
 
 // Register adds the service to a gRPC server; containerd's server plugin

@@ -1,0 +1,96 @@
+package pullwise
+
+import (
+	"fmt"
+
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/plugins"
+	"github.com/containerd/log"
+	"github.com/containerd/plugin"
+
+	"github.com/pullwise/pullwise/cri/criconfig"
+	"github.com/pullwise/pullwise/cri/policy"
+	"github.com/pullwise/pullwise/cri/pullsource"
+	"github.com/pullwise/pullwise/cri/service"
+	"github.com/pullwise/pullwise/transfer"
+)
+
+// criPullPath reports whether CRI pulls reach the transfer service.
+func criPullPath(set *plugin.Set) (bool, string) {
+	p := set.Get(plugins.CRIServicePlugin, "images")
+	if p == nil {
+		return false, "CRI images plugin is not loaded: CRI pulls do not exist on this node"
+	}
+	if _, err := p.Instance(); err != nil {
+		return false, "CRI images plugin failed to start: " + err.Error()
+	}
+	c, err := criconfig.Read(p.Config)
+	if err != nil {
+		return false, "cannot tell whether CRI pulls use the transfer service: " + err.Error()
+	}
+	ok, err := c.UsesTransfer()
+	if err != nil {
+		return false, "cannot tell whether CRI pulls use the transfer service: " + err.Error()
+	}
+	if !ok {
+		return false, service.BypassWarning
+	}
+	return true, ""
+}
+
+type criImagesInfo struct {
+	// pinned are the images CRI pins (the sandbox image among them), whose
+	// pulls skip the queue: no pod starts without them.
+	pinned []string
+	// registryConfigPath is CRI's hosts.toml root(s), for pulls (from ctr)
+	// that name none.
+	registryConfigPath string
+}
+
+func criImages(ic *plugin.InitContext) criImagesInfo {
+	var info criImagesInfo
+	p := ic.Plugins().Get(plugins.CRIServicePlugin, "images")
+	if p == nil {
+		return info
+	}
+	info.registryConfigPath = p.Meta.Exports["RegistryConfigPath"]
+	c, err := criconfig.Read(p.Config)
+	if err != nil {
+		log.G(ic.Context).WithError(err).Warn("cannot read CRI pinned_images: the sandbox image will queue like any pull")
+		return info
+	}
+	for _, r := range c.PinnedImages {
+		info.pinned = append(info.pinned, r)
+	}
+	return info
+}
+
+// upstreamCRI returns the CRI plugin's instance. It is a GRPCPlugin like
+// this one, so it cannot be required, only looked up once it exists.
+func upstreamCRI(set *plugin.Set) (service.CRI, error) {
+	p := set.Get(plugins.GRPCPlugin, "cri")
+	if p == nil {
+		return nil, fmt.Errorf("CRI plugin not loaded")
+	}
+	inst, err := p.Instance()
+	if err != nil {
+		return nil, fmt.Errorf("CRI plugin failed to start: %w", err)
+	}
+	c, ok := inst.(service.CRI)
+	if !ok {
+		return nil, fmt.Errorf("CRI plugin instance %T does not serve CRI", inst)
+	}
+	return c, nil
+}
+
+// newDecider builds the pull-policy decider: CRI says what is present, the
+// node's hosts.toml and the pull's credentials reach the registry.
+func newDecider(set *plugin.Set, ts *transfer.Service, store images.Store, sources *pullsource.Sources) *policy.Decider {
+	return policy.New(policy.Deps{
+		Local: policy.CRILocal(func() (policy.ImageStatuser, error) { return upstreamCRI(set) }, store),
+		Resolve: policy.RegistryResolver(func() []string {
+			return ts.Config().HostDirs
+		}),
+		Reassert: sources.Record,
+	}, policy.DefaultRetry)
+}

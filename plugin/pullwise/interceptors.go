@@ -1,0 +1,85 @@
+package pullwise
+
+import (
+	"fmt"
+
+	"github.com/containerd/log"
+	"github.com/containerd/plugin"
+	"github.com/containerd/plugin/registry"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/containerd/containerd/v2/core/metadata"
+	"github.com/containerd/containerd/v2/plugins"
+
+	"github.com/pullwise/pullwise/cri/observe"
+	"github.com/pullwise/pullwise/cri/podctx"
+	"github.com/pullwise/pullwise/cri/policy"
+	"github.com/pullwise/pullwise/cri/pullsource"
+	"github.com/pullwise/pullwise/plugin/interceptor"
+	"github.com/pullwise/pullwise/transfer"
+)
+
+// The chain runs interceptors in plugin initialization order, outermost
+// first: registration order, except that a plugin waits for the types it
+// requires. pull-pod, pull-source and cri-requests need no gRPC plugin and
+// so wrap pull-policy and pinning: the pod reaches every pull, and the
+// pull source is copied whatever pull-policy decides.
+func init() {
+	registry.Register(&plugin.Registration{
+		Type: interceptor.Plugin,
+		ID:   "pull-pod",
+		InitFn: func(*plugin.InitContext) (any, error) {
+			return podctx.Interceptor{}, nil
+		},
+	})
+
+	registry.Register(&plugin.Registration{
+		Type:     interceptor.Plugin,
+		ID:       "pull-source",
+		Requires: []plugin.Type{plugins.MetadataPlugin},
+		InitFn: func(ic *plugin.InitContext) (any, error) {
+			m, err := ic.GetSingle(plugins.MetadataPlugin)
+			if err != nil {
+				return nil, err
+			}
+			return pullsource.New(metadata.NewImageStore(m.(*metadata.DB))), nil
+		},
+	})
+
+	registry.Register(&plugin.Registration{
+		Type: interceptor.Plugin,
+		ID:   "pull-policy",
+		// The pullwise plugin's config is read here.
+		Requires: []plugin.Type{plugins.GRPCPlugin, plugins.MetadataPlugin, plugins.TransferPlugin},
+		InitFn: func(ic *plugin.InitContext) (any, error) {
+			c := DefaultConfig()
+			if p := ic.Plugins().Get(plugins.GRPCPlugin, "pullwise"); p != nil {
+				c = p.Config.(*Config)
+			}
+			m, err := ic.GetSingle(plugins.MetadataPlugin)
+			if err != nil {
+				return nil, err
+			}
+			t, err := ic.GetSingle(plugins.TransferPlugin)
+			if err != nil {
+				return nil, err
+			}
+			ts, ok := t.(*transfer.Service)
+			if !ok {
+				return nil, fmt.Errorf("transfer plugin is %T, not Pullwise's", t)
+			}
+			store := metadata.NewImageStore(m.(*metadata.DB))
+			nodeWide := c.AlwaysPullPolicy == PolicyIfNewerNotPresent
+			log.G(ic.Context).WithField("always_pull_policy", c.AlwaysPullPolicy).Info("CRI pull policy")
+			return policy.NewInterceptor(newDecider(ic.Plugins(), ts, store, pullsource.New(store)), nodeWide), nil
+		},
+	})
+
+	registry.Register(&plugin.Registration{
+		Type: interceptor.Plugin,
+		ID:   "cri-requests",
+		InitFn: func(*plugin.InitContext) (any, error) {
+			return observe.New(prometheus.DefaultRegisterer)
+		},
+	})
+}
