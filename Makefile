@@ -10,11 +10,11 @@ PROTO_DIR := cri/api/v1alpha1
 # Integration tests talk to a real daemon; give them room but stay well inside CI's budget.
 INTEGRATION_TIMEOUT ?= 15m
 
-.PHONY: all build containerd containerd-stock bench pullctl ctr run test unit integration proto proto-check vet clean
+.PHONY: all build containerd containerd-stock bench pullctl ctr shim run test unit integration proto proto-check vet clean
 
 all: build
 
-build: containerd pullctl ctr
+build: containerd pullctl ctr shim
 
 containerd:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/containerd ./cmd/containerd
@@ -25,6 +25,12 @@ pullctl:
 # ctr comes from the pinned containerd module, so it matches the daemon exactly.
 ctr:
 	$(GO) build -o $(BIN)/ctr github.com/containerd/containerd/v2/cmd/ctr
+
+# The runc shim, also from the pinned module, for pods and containers in the
+# integration tests (runc itself comes from Debian's runc package). The test
+# harness puts $(BIN) first in containerd's PATH, so this one is used.
+shim:
+	$(GO) build -o $(BIN)/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 
 # Foreground daemon with the example config; root, state and socket stay
 # under ./_run so it does not touch a system containerd.
