@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/transfer"
 	"github.com/containerd/errdefs"
@@ -186,12 +188,47 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		s.hub.Update(key, ev)
 		progress(ev)
 	}
+	if rec != nil {
+		rec.OnBlobBytes(s.downloadTap(key, p, progress))
+	}
 	if err := s.next.Transfer(ctx, src, dst, transfer.WithProgress(tap)); err != nil {
 		return err
 	}
 	s.recordSource(ctx, dst, rec, prev)
 	return nil
 }
+
+// downloadTap turns bytes read from the registry into "downloading" events
+// for the hub, ListPulls and the caller: containerd itself reports none
+// while it unpacks a layer as it arrives, and CRI cancels pulls that show
+// no progress for image_pull_progress_timeout. The caller gets one event
+// per layer per progressInterval at most.
+func (s *Service) downloadTap(key string, p *pull, progress func(transfer.Progress)) func(string, int64) {
+	var (
+		mu   sync.Mutex
+		sent = map[string]time.Time{}
+	)
+	return func(dgst string, n int64) {
+		e, ok := s.hub.Downloaded(key, dgst, n)
+		if !ok {
+			return
+		}
+		ev := transfer.Progress{Event: "downloading", Name: "layer-" + dgst, Progress: e.Progress, Total: e.Total}
+		s.pulls.observe(p, ev)
+		mu.Lock()
+		due := time.Since(sent[dgst]) >= progressInterval || e.Progress == e.Total
+		if due {
+			sent[dgst] = time.Now()
+		}
+		mu.Unlock()
+		if due {
+			progress(ev)
+		}
+	}
+}
+
+// progressInterval matches the period of containerd's own progress events.
+const progressInterval = 300 * time.Millisecond
 
 // recordSource labels what a successful pull stored with where it came
 // from. A failure to label does not fail the pull: the image is there.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -63,7 +64,9 @@ func pullCommand() *cli.Command {
 				user, pass, _ := strings.Cut(creds, ":")
 				req.Auth = &criapi.AuthConfig{Username: user, Password: pass}
 			}
+			stopBars := showBars(ctx, cmd, c, ref)
 			resp, err := c.pullwise.PullImage(ctx, req)
+			stopBars()
 			if err != nil {
 				return c.explain("pull "+ref, err)
 			}
@@ -88,5 +91,35 @@ func pullCommand() *cli.Command {
 			}
 			return nil
 		}),
+	}
+}
+
+// showBars draws the pull's progress on a terminal while it runs. The
+// returned func waits briefly for the stream to finish (it ends by itself
+// when the pull does) and then stops it: a pull that needed no transfer
+// never shows up in the stream.
+func showBars(ctx context.Context, cmd *cli.Command, c *client, ref string) (stop func()) {
+	if !bars(cmd) {
+		return func() {}
+	}
+	resp, err := c.pullwise.ImagePullProgress(ctx, &api.ImagePullProgressRequest{Image: ref})
+	if err != nil {
+		return func() {}
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = watch(wctx, resp.GetUrl(), cmd.Root().Writer, true)
+	}()
+	return func() {
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		cancel()
+		<-done
 	}
 }

@@ -136,6 +136,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
+	if flusher != nil {
+		// Send the headers now: a client waiting for a pull that has not
+		// started yet must see the stream open.
+		flusher.Flush()
+	}
 	enc := json.NewEncoder(w)
 	write := func(lines []hub.Event) bool {
 		for _, l := range lines {

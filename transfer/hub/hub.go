@@ -45,7 +45,10 @@ type pull struct {
 	pods   map[string]int // pod UID -> callers
 	layers map[string]*Event
 	order  []string // layer digests in first-seen order
-	done   bool
+	// fetched counts bytes read from the registry per blob; a layer's
+	// progress follows it (containerd reports none while it unpacks).
+	fetched map[string]int64
+	done    bool
 }
 
 func (p *pull) info() Pull {
@@ -114,8 +117,12 @@ func (h *Hub) Update(key string, ev transfer.Progress) {
 		p.layers[layer] = e
 		p.order = append(p.order, layer)
 	}
+	if ev.Event == "waiting" && p.fetched[layer] > 0 {
+		// The fetch raced ahead of its announcement.
+		ev.Progress = p.fetched[layer]
+	}
 	switch ev.Event {
-	case "complete", "already exists", "extracting", "extracted":
+	case "complete", "already exists", "extracted":
 		// Nothing is left to download; an existing layer may come with no
 		// sizes at all.
 		if ev.Total > 0 {
@@ -127,6 +134,35 @@ func (h *Hub) Update(key string, ev transfer.Progress) {
 		e.Progress = min(max(e.Progress, ev.Progress), e.Total)
 	}
 	h.notifyLocked(p, []Event{*e})
+}
+
+// Downloaded adds n bytes fetched of blob dgst to pull key. containerd's
+// own progress events often jump from waiting straight to extracted (the
+// unpacker fetches layers itself), so the bytes read from the registry are
+// what shows a layer moving. Blobs that are not layers are ignored. It
+// returns the layer's state, for other observers of the pull.
+func (h *Hub) Downloaded(key, dgst string, n int64) (Event, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.pulls[key]
+	if p == nil || p.done {
+		return Event{}, false
+	}
+	if p.fetched == nil {
+		p.fetched = map[string]int64{}
+	}
+	p.fetched[dgst] += n
+	e := p.layers[dgst]
+	if e == nil {
+		return Event{}, false
+	}
+	if e.Total > 0 {
+		e.Progress = max(e.Progress, min(p.fetched[dgst], e.Total))
+	} else {
+		e.Progress = max(e.Progress, p.fetched[dgst])
+	}
+	h.notifyLocked(p, []Event{*e})
+	return *e, true
 }
 
 // Finish ends pull key: on success every layer is complete; on failure

@@ -182,3 +182,28 @@ func TestFinishedPullIsForgotten(t *testing.T) {
 		t.Fatal("finished pull kept")
 	}
 }
+
+func TestDownloadedBytesMoveLayers(t *testing.T) {
+	var h Hub
+	h.Join("k", "img", "")
+	s := h.Subscribe(all)
+	defer s.Close()
+	if _, ok := h.Downloaded("k", "sha256:cfg", 10); ok {
+		t.Fatal("a blob that is not a known layer moved")
+	}
+	h.Update("k", transfer.Progress{Event: "waiting", Name: "layer-sha256:a", Total: 100})
+	h.Downloaded("k", "sha256:a", 30)
+	e, _ := h.Downloaded("k", "sha256:a", 30)
+	if e.Progress != 60 {
+		t.Fatalf("progress %d after 60 bytes", e.Progress)
+	}
+	e, _ = h.Downloaded("k", "sha256:a", 500) // a retried range counts twice
+	if e.Progress != 100 {
+		t.Fatalf("progress %d, want capped at the total", e.Progress)
+	}
+	h.Update("k", transfer.Progress{Event: "extracting", Name: "layer-sha256:b", Progress: 5, Total: 50})
+	lines, _ := s.Take()
+	if got := lines[len(lines)-1]; got.Layer != "sha256:b" || got.Progress != 5 {
+		t.Fatalf("extracting counted as done: %+v", got)
+	}
+}

@@ -180,6 +180,9 @@ func (f *Fetcher) Close() error {
 	return nil
 }
 
+// OnBlobBytes reports blob bytes as they are read; see Recorder.
+func (f *Fetcher) OnBlobBytes(fn func(dgst string, n int64)) { f.rec.OnBlobBytes(fn) }
+
 // Result says where the pull came from, for the reference it asked for.
 func (f *Fetcher) Result() Result {
 	return f.rec.Result(reference(f.ref))

@@ -19,6 +19,17 @@ type Recorder struct {
 	manifests  []manifestHit
 	blobs      map[string]*BlobStats // by host
 	retryAfter time.Duration         // longest Retry-After seen since asked
+	// onBlob, when set, learns every chunk of blob bytes as it is read.
+	onBlob func(dgst string, n int64)
+}
+
+// OnBlobBytes calls fn with the blob digest and byte count of every chunk
+// read from a registry from now on. fn runs on the fetching goroutine: it
+// must be quick and must not block.
+func (r *Recorder) OnBlobBytes(fn func(dgst string, n int64)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onBlob = fn
 }
 
 type manifestHit struct {
@@ -125,7 +136,7 @@ func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error
 		}
 		// Bytes are counted as the body is read, since a fetch may stop
 		// early or resume with a range request.
-		resp.Body = &countingBody{ReadCloser: resp.Body, add: t.rec.blob(req.URL.Host)}
+		resp.Body = &countingBody{ReadCloser: resp.Body, add: t.rec.blob(req.URL.Host, ref)}
 	}
 	return resp, nil
 }
@@ -155,7 +166,7 @@ func retryAfter(v string) time.Duration {
 }
 
 // blob counts one blob for host and returns the func its bytes go to.
-func (r *Recorder) blob(host string) func(int64) {
+func (r *Recorder) blob(host, dgst string) func(int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.blobs == nil {
@@ -170,7 +181,11 @@ func (r *Recorder) blob(host string) func(int64) {
 	return func(n int64) {
 		r.mu.Lock()
 		s.Bytes += n
+		onBlob := r.onBlob
 		r.mu.Unlock()
+		if onBlob != nil {
+			onBlob(dgst, n)
+		}
 	}
 }
 
