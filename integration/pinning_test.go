@@ -378,15 +378,25 @@ func TestPinningSurvivesRePulls(t *testing.T) {
 	names := []string{tagRef(pause), repoDigestRef(pause), imageID(pause)}
 	p.requirePinnedByConfig(pause, names...)
 
-	// The transfer service updates an existing record without field paths:
-	// a ctr pull leaves it without labels, a CRI pull with CRI's own.
+	// Re-pulls of the unchanged tag: Pullwise's fast path leaves the
+	// records alone, so the pins simply stay.
+	p.ctrOK("k8s.io", "image", "pull", "--plain-http", pause.Ref)
+	p.criPull(pause.Ref)
+	p.requirePinnedByConfig(pause, names...)
+
+	// The tag moves: the transfer service updates the existing record
+	// without field paths, and the new image arrives without pins. A ctr
+	// pull leaves it without labels, a CRI pull with CRI's own.
+	moved := p.upstream.Push(t, "pause", "3.10", newPauseImage)
 	p.requireLabelsRewritten(tagRef(pause), func() {
 		p.ctrOK("k8s.io", "image", "pull", "--plain-http", pause.Ref)
 	})
-	p.requirePinnedByConfig(pause, names...)
+	movedNames := []string{tagRef(moved)} // ctr names only the tag
+	p.requirePinnedByConfig(moved, movedNames...)
 
+	again := p.upstream.Push(t, "pause", "3.10", pauseImage)
 	p.requireLabelsRewritten(tagRef(pause), func() { p.criPull(pause.Ref) })
-	p.requirePinnedByConfig(pause, names...)
+	p.requirePinnedByConfig(again, names...)
 }
 
 func TestPinningImagePresentBeforeStart(t *testing.T) {
