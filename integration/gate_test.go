@@ -24,7 +24,7 @@ func gateConfig(limit int, timeout string) string {
 // holdBlobs makes the registry hold blob requests of the repositories
 // match accepts until the returned release func is called, so tests decide
 // when pulls may finish.
-func holdBlobs(t *testing.T, r *registry.Registry, match func(repo string) bool) (release func()) {
+func holdBlobs(t testing.TB, r *registry.Registry, match func(repo string) bool) (release func()) {
 	ch := make(chan struct{})
 	var once sync.Once
 	release = func() { once.Do(func() { close(ch) }) }

@@ -5,7 +5,6 @@
 package progress
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -160,31 +159,35 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	c := newCoalescer(s.interval)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	over := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-sub.Ready():
+			var lines []hub.Event
+			lines, over = sub.Take()
+			c.add(lines, time.Now())
+		case <-timer.C:
 		}
-		lines, over := sub.Take()
-		if !write(lines) || over {
+		now := time.Now()
+		var due []hub.Event
+		if over {
+			due = c.flush() // the end: everything, in order
+		} else {
+			due = c.due(now)
+		}
+		if len(due) > 0 && !write(due) {
 			return
 		}
-		if !pause(ctx, s.interval) {
+		if over {
 			return
 		}
-	}
-}
-
-// pause waits d unless ctx ends first; updates arriving meanwhile coalesce
-// in the subscription.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+		if next, ok := c.next(); ok {
+			timer.Reset(max(next.Sub(now), 0))
+		}
 	}
 }

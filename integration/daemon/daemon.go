@@ -211,6 +211,9 @@ func (d *Daemon) RestartWith(t testing.TB, opts Options) {
 	d.Restart(t)
 }
 
+// PID is containerd's process ID.
+func (d *Daemon) PID() int { return d.cmd.Process.Pid }
+
 // Endpoint is the socket as a CRI endpoint URL.
 func (d *Daemon) Endpoint() string { return "unix://" + d.Socket }
 
