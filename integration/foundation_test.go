@@ -6,6 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	imagesapi "github.com/containerd/containerd/api/services/images/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
 	"github.com/pullwise/pullwise/integration/registry"
 )
@@ -187,5 +193,30 @@ func TestConfigDefaultShowsPullwise(t *testing.T) {
 	}
 	if !strings.Contains(out, "version = 4") {
 		t.Errorf("default config is not version 4")
+	}
+}
+
+// TestBadRequestDoesNotKillDaemon: a request that makes upstream code
+// panic (an images Update without a target) gets Internal, and containerd
+// keeps serving.
+func TestBadRequestDoesNotKillDaemon(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	img := e.push("bad/app", "v1", registry.Image{Layers: []int64{8 << 10}, Seed: 1100})
+	e.criPull(img.Ref)
+	conn, err := grpc.NewClient(e.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "containerd-namespace", "k8s.io")
+	_, err = imagesapi.NewImagesClient(conn).Update(ctx, &imagesapi.UpdateImageRequest{
+		Image:      &imagesapi.Image{Name: img.Ref, Labels: map[string]string{"a": "b"}},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels.a"}},
+	})
+	if code(err) != "Internal" {
+		t.Fatalf("malformed update: %v, want Internal", err)
+	}
+	if _, err := e.runtime.Version(context.Background(), "v1"); err != nil {
+		t.Fatalf("containerd stopped serving: %v", err)
 	}
 }
