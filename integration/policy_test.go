@@ -38,8 +38,10 @@ func (e *env) requests(filter func(registry.Request) bool) int {
 	return e.upstream.Count(filter)
 }
 
-func isManifestHead(r registry.Request) bool { return r.Kind == registry.KindManifest && r.Method == "HEAD" }
-func isGet(r registry.Request) bool          { return r.Method == "GET" }
+func isManifestHead(r registry.Request) bool {
+	return r.Kind == registry.KindManifest && r.Method == "HEAD"
+}
+func isGet(r registry.Request) bool { return r.Method == "GET" }
 
 func TestIfNewerNotPresent(t *testing.T) {
 	e := newEnv(t, envOptions{})

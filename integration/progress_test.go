@@ -272,7 +272,10 @@ func TestProgressPullctl(t *testing.T) {
 	// pullctl, not on a terminal, prints the NDJSON and exits 0.
 	release := holdBlobs(t, e.upstream, func(string) bool { return true })
 	pullErr := make(chan error, 1)
-	go func() { _, err := e.images.PullImage(context.Background(), criImage(img.Ref), nil, nil); pullErr <- err }()
+	go func() {
+		_, err := e.images.PullImage(context.Background(), criImage(img.Ref), nil, nil)
+		pullErr <- err
+	}()
 	eventually(t, 10*time.Second, "pull in flight", func() bool { return len(e.listPulls()) == 1 })
 	type result struct {
 		out string

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullwise/pullwise/integration/daemon"
 )
 
 // TestGRPCTCPWithTLS checks that the replaced grpc-tcp server keeps
@@ -59,14 +61,7 @@ func TestGRPCTCPWithTLS(t *testing.T) {
 	}
 }
 
-func freeLoopback(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeLoopback(t testing.TB) string { return daemon.FreeAddr(t) }
 
 // selfSigned writes a certificate for 127.0.0.1 and returns its paths and a
 // pool that trusts it.

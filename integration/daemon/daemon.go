@@ -121,7 +121,7 @@ func Start(t testing.TB, opts Options) *Daemon {
 		State:       filepath.Join(dir, "state"),
 		Socket:      filepath.Join(dir, "containerd.sock"),
 		Snapshotter: snapshotter(t, dir),
-		MetricsAddr: freeAddr(t),
+		MetricsAddr: FreeAddr(t),
 		DebugSocket: filepath.Join(dir, "debug.sock"),
 		logPath:     filepath.Join(dir, "containerd.log"),
 		exited:      make(chan struct{}),
@@ -297,7 +297,8 @@ func (d *Daemon) Restart(t testing.TB) {
 	}
 }
 
-func freeAddr(t testing.TB) string {
+// FreeAddr returns a loopback host:port that nothing listens on (now).
+func FreeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
