@@ -6,6 +6,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/pullwise/pullwise/integration/daemon"
@@ -18,7 +19,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "integration tests need root (mounts and a real containerd): run them with sudo")
 		os.Exit(1)
 	}
-	for _, b := range []string{"containerd", "ctr", "pullctl"} {
+	if _, err := exec.LookPath("runc"); err != nil {
+		fmt.Fprintln(os.Stderr, "runc not found: pods need it (apt-get install runc; .ci/run installs it)")
+		os.Exit(1)
+	}
+	for _, b := range []string{"containerd", "ctr", "pullctl", "containerd-shim-runc-v2"} {
 		if _, err := os.Stat(daemon.Bin(b)); err != nil {
 			fmt.Fprintf(os.Stderr, "missing %s: run 'make build' first (or set PULLWISE_BIN): %v\n", b, err)
 			os.Exit(1)

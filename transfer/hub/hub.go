@@ -7,6 +7,7 @@ package hub
 import (
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/transfer"
 )
@@ -47,8 +48,9 @@ type pull struct {
 	order  []string // layer digests in first-seen order
 	// fetched counts bytes read from the registry per blob; a layer's
 	// progress follows it (containerd reports none while it unpacks).
-	fetched map[string]int64
-	done    bool
+	fetched  map[string]int64
+	notified map[string]time.Time // last wake-up per layer, for byte counts
+	done     bool
 }
 
 func (p *pull) info() Pull {
@@ -156,14 +158,28 @@ func (h *Hub) Downloaded(key, dgst string, n int64) (Event, bool) {
 	if e == nil {
 		return Event{}, false
 	}
+	was := e.Progress
 	if e.Total > 0 {
 		e.Progress = max(e.Progress, min(p.fetched[dgst], e.Total))
 	} else {
 		e.Progress = max(e.Progress, p.fetched[dgst])
 	}
-	h.notifyLocked(p, []Event{*e})
+	// Bytes arrive in small chunks; subscribers coalesce to a few lines a
+	// second anyway, so waking them for every chunk only costs the pull CPU.
+	// The first bytes and the last always go out.
+	now := time.Now()
+	if was == 0 || e.Progress == e.Total || now.Sub(p.notified[dgst]) >= notifyEvery {
+		if p.notified == nil {
+			p.notified = map[string]time.Time{}
+		}
+		p.notified[dgst] = now
+		h.notifyLocked(p, []Event{*e})
+	}
 	return *e, true
 }
+
+// notifyEvery is how often byte counts of one layer wake subscribers.
+const notifyEvery = 20 * time.Millisecond
 
 // Finish ends pull key: on success every layer is complete; on failure
 // the image line carries the error. Subscribers get the final lines.
