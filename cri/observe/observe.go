@@ -20,6 +20,7 @@ const criPrefix = "/runtime.v1."
 // Interceptor counts CRI requests by full method and gRPC code.
 type Interceptor struct {
 	requests *prometheus.CounterVec
+	streams  *prometheus.GaugeVec
 }
 
 // New registers the request counter on reg.
@@ -29,10 +30,17 @@ func New(reg prometheus.Registerer) (*Interceptor, error) {
 		Name:      "cri_requests_total",
 		Help:      "CRI requests seen by the Pullwise interceptor chain, by method and gRPC code.",
 	}, []string{"method", "code"})
-	if err := reg.Register(requests); err != nil {
-		return nil, fmt.Errorf("register CRI request metrics: %w", err)
+	streams := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "pullwise",
+		Name:      "cri_streams_open",
+		Help:      "CRI streaming requests open in the Pullwise interceptor chain, by method.",
+	}, []string{"method"})
+	for _, c := range []prometheus.Collector{requests, streams} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register CRI request metrics: %w", err)
+		}
 	}
-	return &Interceptor{requests: requests}, nil
+	return &Interceptor{requests: requests, streams: streams}, nil
 }
 
 // UnaryServerInterceptor implements interceptor.Unary.
@@ -44,10 +52,18 @@ func (i *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamServerInterceptor implements interceptor.Stream. A stream is counted
-// when it ends, with the code it ended with.
+// StreamServerInterceptor implements interceptor.Stream. A stream is open
+// while its handler runs (long-lived ones such as GetContainerEvents only
+// notice a client leaving when they next send), and counted when it ends,
+// with the code it ended with.
 func (i *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if !strings.HasPrefix(info.FullMethod, criPrefix) {
+			return handler(srv, ss)
+		}
+		open := i.streams.WithLabelValues(info.FullMethod)
+		open.Inc()
+		defer open.Dec()
 		err := handler(srv, ss)
 		i.count(info.FullMethod, err)
 		return err
