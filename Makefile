@@ -5,7 +5,6 @@ BIN       := $(CURDIR)/bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/pullwise/pullwise/plugin/version.Version=$(VERSION)
 RUN_DIR   := $(CURDIR)/_run
-CRI_API   := $(shell $(GO) list -m -f '{{.Dir}}' k8s.io/cri-api 2>/dev/null)
 PROTO_DIR := cri/api/v1alpha1
 # Integration tests talk to a real daemon; give them room but stay well inside CI's budget.
 INTEGRATION_TIMEOUT ?= 15m
@@ -57,12 +56,13 @@ test: vet proto-check unit integration
 # Regenerate the committed Go code for the Pullwise API. protoc comes from
 # Debian's protobuf-compiler; the Go plugins are pinned as tools in go.mod.
 proto:
-	@test -n "$(CRI_API)" || { echo "k8s.io/cri-api not in module cache: run 'go mod download'"; exit 1; }
 	@# Debian's protoc predates the debug_redact option runtime.v1 uses on
 	@# secrets; it changes nothing in our generated code, so a copy without it
-	@# is imported.
-	@tmp=$$(mktemp -d) && d=$$tmp/staging/src/k8s.io/cri-api/pkg/apis/runtime/v1 && mkdir -p $$d && \
-	sed -E 's/ *\[ *debug_redact *= *true *\]//' $(CRI_API)/pkg/apis/runtime/v1/api.proto > $$d/api.proto && \
+	@# is imported. The module is looked up here, not when make starts: on a
+	@# fresh machine it is downloaded first.
+	@$(GO) mod download k8s.io/cri-api && cri=$$($(GO) list -m -f '{{.Dir}}' k8s.io/cri-api) && \
+	tmp=$$(mktemp -d) && d=$$tmp/staging/src/k8s.io/cri-api/pkg/apis/runtime/v1 && mkdir -p $$d && \
+	sed -E 's/ *\[ *debug_redact *= *true *\]//' $$cri/pkg/apis/runtime/v1/api.proto > $$d/api.proto && \
 	protoc -I $(PROTO_DIR) -I $$tmp \
 		--plugin=protoc-gen-go="$$($(GO) tool -n protoc-gen-go)" \
 		--plugin=protoc-gen-go-grpc="$$($(GO) tool -n protoc-gen-go-grpc)" \
