@@ -34,15 +34,16 @@ func (f *fakeNext) Transfer(ctx context.Context, src, _ any, opts ...transfer.Op
 	f.mu.Lock()
 	f.calls++
 	f.mu.Unlock()
-	if f.started != nil {
-		f.started <- imageOf(src)
-	}
 	var cfg transfer.Config
 	for _, o := range opts {
 		o(&cfg)
 	}
+	// Progress first, so a test told the pull started also sees its bytes.
 	if cfg.Progress != nil {
 		cfg.Progress(transfer.Progress{Event: "downloading", Name: "layer-sha256:aa", Progress: 5, Total: 10})
+	}
+	if f.started != nil {
+		f.started <- imageOf(src)
 	}
 	if f.release != nil {
 		select {
