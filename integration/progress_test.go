@@ -119,7 +119,7 @@ func TestProgressStreamOfAPull(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := got[len(got)-1]
-	if end.Layer != "" || end.Image != normalizedRef(img.Ref) || end.Progress != end.Total || end.Total != img.LayerBytes() || end.Error != "" {
+	if end.Layer != "" || end.Image != img.Ref || end.Progress != end.Total || end.Total != img.LayerBytes() || end.Error != "" {
 		t.Fatalf("stream ended on %+v, want the complete image line of %d bytes", end, img.LayerBytes())
 	}
 	for _, d := range img.Layers {
@@ -158,8 +158,6 @@ func lastFor(lines []progressLine, layer string) *progressLine {
 	}
 	return out
 }
-
-func normalizedRef(ref string) string { return ref } // test registries are host:port/...: already normalized
 
 func TestProgressLateJoinAndFollowFalse(t *testing.T) {
 	e := newEnv(t, envOptions{})

@@ -135,55 +135,51 @@ func (s *Sources) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // stored (named by the reference asked for) to the records CRI adds after
 // the transfer: the repo digest and the image ID.
 func (s *Sources) LabelNames(ctx context.Context, ref, imageID string) {
-	named, err := reference.ParseDockerRef(ref)
-	if err != nil {
-		return
-	}
-	ctx = namespaces.WithNamespace(ctx, criNamespace)
-	rec, err := s.images.Get(ctx, named.String())
-	if err != nil {
-		log.G(ctx).WithError(err).WithField("ref", named.String()).Debug("pulled image record not found; pull source not copied")
-		return
-	}
-	want := map[string]string{
-		transfer.LabelPullSource:  rec.Labels[transfer.LabelPullSource],
-		transfer.LabelBlobSources: rec.Labels[transfer.LabelBlobSources],
-	}
-	names := []string{reference.TrimNamed(named).String() + "@" + rec.Target.Digest.String()}
-	if imageID != "" {
-		names = append(names, imageID)
-	}
-	for _, n := range names {
-		other, err := s.images.Get(ctx, n)
-		if err != nil {
-			continue
+	s.labelImage(ctx, ref, imageID, func(pulled images.Image) map[string]string {
+		return map[string]string{
+			transfer.LabelPullSource:  pulled.Labels[transfer.LabelPullSource],
+			transfer.LabelBlobSources: pulled.Labels[transfer.LabelBlobSources],
 		}
-		if err := transfer.SetLabels(ctx, s.images, other, want); err != nil {
-			log.G(ctx).WithError(err).WithField("image", n).Warn("pull source not recorded")
-		}
-	}
+	})
 }
 
 // Record sets the pull source of the image ref names on its tag, repo
 // digest and ID records, keeping the blob sources it had: for a check that
 // asked the registry and found the image up to date.
 func (s *Sources) Record(ctx context.Context, ref, imageID, pullSource string) {
-	named, err := reference.ParseDockerRef(ref)
-	if err != nil || pullSource == "" {
+	if pullSource == "" {
 		return
 	}
-	ctx = namespaces.WithNamespace(ctx, criNamespace)
-	rec, err := s.images.Get(ctx, named.String())
+	s.labelImage(ctx, ref, imageID, func(images.Image) map[string]string {
+		return map[string]string{transfer.LabelPullSource: pullSource}
+	})
+}
+
+// labelImage sets labels on every name CRI gives the image ref names: the
+// tag (or digest) record, the repo digest and the image ID. want derives
+// the labels from the record ref names.
+func (s *Sources) labelImage(ctx context.Context, ref, imageID string, want func(images.Image) map[string]string) {
+	named, err := reference.ParseDockerRef(ref)
 	if err != nil {
 		return
 	}
-	want := map[string]string{transfer.LabelPullSource: pullSource}
-	for _, n := range []string{named.String(), reference.TrimNamed(named).String() + "@" + rec.Target.Digest.String(), imageID} {
-		other, err := s.images.Get(ctx, n)
+	ctx = namespaces.WithNamespace(ctx, criNamespace)
+	pulled, err := s.images.Get(ctx, named.String())
+	if err != nil {
+		log.G(ctx).WithError(err).WithField("ref", named.String()).Debug("image record not found; pull source not recorded")
+		return
+	}
+	labels := want(pulled)
+	names := []string{named.String(), reference.TrimNamed(named).String() + "@" + pulled.Target.Digest.String()}
+	if imageID != "" {
+		names = append(names, imageID)
+	}
+	for _, n := range names {
+		rec, err := s.images.Get(ctx, n)
 		if err != nil {
 			continue
 		}
-		if err := transfer.SetLabels(ctx, s.images, other, want); err != nil {
+		if err := transfer.SetLabels(ctx, s.images, rec, labels); err != nil {
 			log.G(ctx).WithError(err).WithField("image", n).Warn("pull source not recorded")
 		}
 	}

@@ -121,13 +121,6 @@ func (c *call) broadcast(p transfer.Progress) {
 	}
 }
 
-// InFlight is the number of keys with a run in flight.
-func (g *Group) InFlight() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.calls)
-}
-
 // forwarder delivers one caller's progress events from its own goroutine, so
 // a caller whose progress func blocks (CRI's does when nobody reads its
 // reporter, see containerd#14158) cannot hold up the pull.
