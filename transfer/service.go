@@ -1,8 +1,8 @@
 // Package transfer wraps containerd's local transfer service. Every image
 // pull on the node reaches it, whether it came from CRI, `ctr image pull` or
 // the Pullwise API, which makes it the one place for node-wide pull
-// behaviour: the fast path, dedupe, the pull gate, and (later) the progress
-// tap and the source recorder.
+// behaviour: the fast path, dedupe, the pull gate, the progress tap, the
+// source recorder and the memory of failing registry hosts.
 package transfer
 
 import (
@@ -24,6 +24,7 @@ import (
 
 	"github.com/pullwise/pullwise/transfer/dedupe"
 	"github.com/pullwise/pullwise/transfer/gate"
+	"github.com/pullwise/pullwise/transfer/health"
 	"github.com/pullwise/pullwise/transfer/hub"
 	"github.com/pullwise/pullwise/transfer/source"
 )
@@ -52,6 +53,9 @@ type Config struct {
 	// HostDirs are hosts.toml roots (each may be a ":"-separated list) for
 	// pulls whose source names none.
 	HostDirs []string
+	// Health is the node's memory of failing registry hosts, shared by
+	// every pull; nil remembers nothing.
+	Health *health.Table
 }
 
 type config struct {
@@ -149,7 +153,8 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	// image store wipes them.
 	prev := s.previousLabels(ctx, dst, digestOf(ref))
 	var rec *source.Fetcher
-	if f, ok, ferr := source.New(ctx, src, s.config.Load().HostDirs...); ferr != nil {
+	cfg := s.config.Load()
+	if f, ok, ferr := source.New(ctx, src, cfg.Health, cfg.HostDirs...); ferr != nil {
 		log.G(ctx).WithError(ferr).WithField("ref", ref).Warn("pull source will not be recorded")
 	} else if ok {
 		defer f.Close()
@@ -158,7 +163,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 
 	desc, fast, err := s.fastPath(ctx, src, dst)
 	if err != nil {
-		return err
+		return explain(err, rec)
 	}
 	if fast {
 		outcome = OutcomeFastPath
@@ -171,7 +176,6 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		src = resolved{ImageFetcher: src, name: ref, desc: *desc}
 	}
 
-	cfg := s.config.Load()
 	release, waited, err := cfg.Gate.Acquire(ctx, cfg.bypass[normalize(ref)])
 	s.metrics.waitTime.Observe(waited.Seconds())
 	if err != nil {
@@ -192,7 +196,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		rec.OnBlobBytes(s.downloadTap(key, p, progress))
 	}
 	if err := s.next.Transfer(ctx, src, dst, transfer.WithProgress(tap)); err != nil {
-		return err
+		return explain(err, rec)
 	}
 	s.recordSource(ctx, dst, rec, prev)
 	return nil
@@ -225,6 +229,19 @@ func (s *Service) downloadTap(key string, p *pull, progress func(transfer.Progre
 			progress(ev)
 		}
 	}
+}
+
+// explain replaces containerd's error for a pull that no registry host
+// could serve, which names only the first host it tried, with one that
+// names every host and its answer. Other errors stay as they are.
+func explain(err error, rec *source.Fetcher) error {
+	if rec == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if f := rec.Failure(); f != nil {
+		return f
+	}
+	return err
 }
 
 // progressInterval matches the period of containerd's own progress events.

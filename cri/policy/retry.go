@@ -60,6 +60,14 @@ func (d *Decider) resolve(ctx context.Context, ref string, auth *runtime.AuthCon
 // network errors, 429 and 5xx. Credentials failures (401, 403) and a
 // missing image (404) are answers, and never hide behind a local copy.
 func unavailable(err error) bool {
+	// Every host failed (source.AllFailedError), with the code of the
+	// answers.
+	if errdefs.IsUnavailable(err) || errdefs.IsResourceExhausted(err) {
+		return true
+	}
+	if errdefs.IsUnauthorized(err) || errdefs.IsPermissionDenied(err) {
+		return false
+	}
 	var status remoteserrors.ErrUnexpectedStatus
 	if errors.As(err, &status) {
 		return status.StatusCode == 429 || status.StatusCode >= 500

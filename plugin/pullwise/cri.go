@@ -13,6 +13,7 @@ import (
 	"github.com/pullwise/pullwise/cri/pullsource"
 	"github.com/pullwise/pullwise/cri/service"
 	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/health"
 )
 
 // criPullPath reports whether CRI pulls reach the transfer service.
@@ -88,8 +89,9 @@ func upstreamCRI(set *plugin.Set) (service.CRI, error) {
 func newDecider(set *plugin.Set, ts *transfer.Service, store images.Store, sources *pullsource.Sources) *policy.Decider {
 	return policy.New(policy.Deps{
 		Local: policy.CRILocal(func() (policy.ImageStatuser, error) { return upstreamCRI(set) }, store),
-		Resolve: policy.RegistryResolver(func() []string {
-			return ts.Config().HostDirs
+		Resolve: policy.RegistryResolver(func() ([]string, *health.Table) {
+			c := ts.Config()
+			return c.HostDirs, c.Health
 		}),
 		Reassert: sources.Record,
 	}, policy.DefaultRetry)

@@ -23,6 +23,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/pullwise/pullwise/transfer/health"
 )
 
 // describer is a pull source that can describe itself and name its image,
@@ -47,10 +49,11 @@ type Fetcher struct {
 // New rebuilds src as a recording Fetcher. hostDirs is where hosts.toml
 // trees are looked up when the source names none (ctr's --hosts-dir can get
 // lost on the way to the daemon); each entry may itself be a list separated
-// by ":", as CRI's config_path is. ok is false when src is not a registry
+// by ":", as CRI's config_path is. table is the node's memory of failing
+// hosts, shared by every pull. ok is false when src is not a registry
 // source that can be rebuilt; use src as it is then. ctx must last as long
 // as the pull: the source serves its credentials until it ends or Close.
-func New(ctx context.Context, src transfer.ImageFetcher, hostDirs ...string) (f *Fetcher, ok bool, err error) {
+func New(ctx context.Context, src transfer.ImageFetcher, table *health.Table, hostDirs ...string) (f *Fetcher, ok bool, err error) {
 	d, isDescriber := src.(describer)
 	if !isDescriber {
 		return nil, false, nil
@@ -72,7 +75,7 @@ func New(ctx context.Context, src transfer.ImageFetcher, hostDirs ...string) (f 
 	if res.GetHostDir() != "" {
 		dirs = []string{res.GetHostDir()}
 	}
-	hosts := Hosts{Dirs: dirs, DefaultScheme: res.GetDefaultScheme(), Headers: http.Header{}}
+	hosts := Hosts{Dirs: dirs, DefaultScheme: res.GetDefaultScheme(), Headers: http.Header{}, Health: table}
 	if f.creds != nil {
 		hosts.Credentials = credentialAsker(f.creds, desc.Reference)
 	}
@@ -90,6 +93,9 @@ type Hosts struct {
 	DefaultScheme string
 	Credentials   func(host string) (user, secret string, err error)
 	Headers       http.Header
+	// Health is the node's memory of failing hosts, with the timeouts that
+	// bound a stalled one; nil remembers and bounds nothing.
+	Health *health.Table
 }
 
 // NewResolver returns containerd's registry resolver for hosts, with every
@@ -103,8 +109,16 @@ func NewResolver(ctx context.Context, h Hosts, rec *Recorder) remotes.Resolver {
 	return docker.NewResolver(docker.ResolverOptions{
 		Hosts: func(host string) ([]docker.RegistryHost, error) {
 			hs, err := hosts(host)
+			keys := make([]health.Key, len(hs))
+			for i, h := range hs {
+				keys[i] = health.Key{Scheme: h.Scheme, Host: h.Host, Path: h.Path}
+			}
 			for i := range hs {
-				hs[i].Client = rec.wrap(hs[i].Client)
+				ep := endpoint{key: keys[i], role: roleMirror, later: keys[i+1:]}
+				if i == len(hs)-1 {
+					ep.role = roleUpstream
+				}
+				hs[i].Client = rec.wrap(hs[i].Client, h.Health, ep)
 			}
 			return hs, err
 		},
@@ -187,6 +201,10 @@ func (f *Fetcher) OnBlobBytes(fn func(dgst string, n int64)) { f.rec.OnBlobBytes
 func (f *Fetcher) Result() Result {
 	return f.rec.Result(reference(f.ref))
 }
+
+// Failure explains a failed pull by what every host answered, or is nil
+// when the registries are not what failed it; see Recorder.Failure.
+func (f *Fetcher) Failure() error { return f.rec.Failure(f.ref) }
 
 // reference is the tag or digest part of ref.
 func reference(ref string) string {

@@ -2,7 +2,6 @@ package source
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -21,6 +20,9 @@ type Recorder struct {
 	retryAfter time.Duration         // longest Retry-After seen since asked
 	// onBlob, when set, learns every chunk of blob bytes as it is read.
 	onBlob func(dgst string, n int64)
+	// attempts are what each host answered, per manifest or blob, in the
+	// order containerd asked: what explains a failed pull.
+	attempts []attempt
 }
 
 // OnBlobBytes calls fn with the blob digest and byte count of every chunk
@@ -92,53 +94,20 @@ func (r *Recorder) Result(ref string) Result {
 	return res
 }
 
-// wrap returns a client that records through this recorder.
-func (r *Recorder) wrap(c *http.Client) *http.Client {
-	if c == nil {
-		c = &http.Client{}
-	}
-	wrapped := *c
-	next := c.Transport
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	wrapped.Transport = &recordingTransport{next: next, rec: r}
-	return &wrapped
+// manifest notes a manifest answer below 400.
+func (r *Recorder) manifest(host, repo, ref string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.manifests = append(r.manifests, manifestHit{host: host, repo: repo, ref: ref})
 }
 
-type recordingTransport struct {
-	next http.RoundTripper
-	rec  *Recorder
-}
-
-func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.next.RoundTrip(req)
-	if err != nil {
-		return resp, err
+// noteRetryAfter keeps the longest Retry-After an error answer asked for.
+func (r *Recorder) noteRetryAfter(v string) {
+	if d := retryAfter(v); d > 0 {
+		r.mu.Lock()
+		r.retryAfter = max(r.retryAfter, d)
+		r.mu.Unlock()
 	}
-	if resp.StatusCode >= 400 {
-		if d := retryAfter(resp.Header.Get("Retry-After")); d > 0 {
-			t.rec.mu.Lock()
-			t.rec.retryAfter = max(t.rec.retryAfter, d)
-			t.rec.mu.Unlock()
-		}
-		return resp, nil
-	}
-	kind, repo, ref := parsePath(req.URL.Path)
-	switch kind {
-	case "manifests":
-		t.rec.mu.Lock()
-		t.rec.manifests = append(t.rec.manifests, manifestHit{host: req.URL.Host, repo: repo, ref: ref})
-		t.rec.mu.Unlock()
-	case "blobs":
-		if req.Method != http.MethodGet {
-			break
-		}
-		// Bytes are counted as the body is read, since a fetch may stop
-		// early or resume with a range request.
-		resp.Body = &countingBody{ReadCloser: resp.Body, add: t.rec.blob(req.URL.Host, ref)}
-	}
-	return resp, nil
 }
 
 // RetryAfter returns the longest Retry-After a registry asked for since the
@@ -187,19 +156,6 @@ func (r *Recorder) blob(host, dgst string) func(int64) {
 			onBlob(dgst, n)
 		}
 	}
-}
-
-type countingBody struct {
-	io.ReadCloser
-	add func(int64)
-}
-
-func (b *countingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if n > 0 {
-		b.add(int64(n))
-	}
-	return n, err
 }
 
 // parsePath splits a registry API path into the kind (manifests, blobs),

@@ -1,0 +1,226 @@
+package source
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/pullwise/pullwise/transfer/health"
+)
+
+// endpoint is one registry host of a pull, as hosts.toml lists it.
+type endpoint struct {
+	key  health.Key
+	role string // "mirror" or "upstream"
+	// later are the hosts containerd tries after this one for the same
+	// request; a marked host is skipped only if one of them may be used.
+	later []health.Key
+}
+
+// Roles of a host in a pull's host list: hosts.toml lists mirrors first and
+// the server last.
+const (
+	roleMirror   = "mirror"
+	roleUpstream = "upstream"
+)
+
+// hostTransport is the client transport of one registry host in one pull.
+// It skips the host while the node's health table has it marked down,
+// bounds the wait for headers and for body bytes, reports every outcome to
+// the table and records what the host answered for the pull.
+type hostTransport struct {
+	next  http.RoundTripper
+	rec   *Recorder
+	table *health.Table // nil: no memory, no timeouts
+	ep    endpoint
+}
+
+// Errors a stalled host ends a request with. They are not net.Error
+// timeouts on purpose: containerd repeats those on the last host, and the
+// point is to bound the wait.
+var (
+	errNoResponse = errors.New("no response")
+	errStalled    = errors.New("body stalled")
+)
+
+func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	kind, repo, ref := parsePath(req.URL.Path)
+	cfg := t.table.Config()
+	mustTry := len(t.ep.later) == 0 || !t.table.AnyUsable(t.ep.later)
+	admitted, err := t.table.Admit(t.ep.key, mustTry)
+	if err != nil {
+		t.rec.attempt(kind, ref, t.ep, health.Skipped, 0, err.Error())
+		return nil, err
+	}
+
+	ctx, cancel := context.WithCancelCause(req.Context())
+	stopWait := watch(cancel, cfg.ResponseTimeout, fmt.Errorf("%w within %s", errNoResponse, cfg.ResponseTimeout))
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	stopWait()
+	if err != nil {
+		err = causeOf(ctx, err)
+		cancel(nil)
+		o := classifyErr(req.Context(), err)
+		admitted.Report(req.Context(), o, describeErr(err))
+		t.rec.attempt(kind, ref, t.ep, o, 0, describeErr(err))
+		return nil, err
+	}
+	o := classifyStatus(resp.StatusCode)
+	admitted.Report(req.Context(), o, resp.Status)
+	t.rec.attempt(kind, ref, t.ep, o, resp.StatusCode, resp.Status)
+	if resp.StatusCode >= 400 {
+		t.rec.noteRetryAfter(resp.Header.Get("Retry-After"))
+		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel}
+		return resp, nil
+	}
+	body := &watchedBody{ReadCloser: resp.Body, cancel: cancel, ctx: ctx, parent: req.Context(), timeout: cfg.ReadTimeout}
+	body.failed = func(err error) {
+		o, detail := classifyErr(req.Context(), err), describeErr(err)
+		admitted.Report(req.Context(), o, detail)
+		t.rec.attempt(kind, ref, t.ep, o, 0, detail)
+	}
+	switch kind {
+	case "manifests":
+		t.rec.manifest(req.URL.Host, repo, ref)
+	case "blobs":
+		if req.Method == http.MethodGet {
+			// Bytes are counted as the body is read, since a fetch may stop
+			// early or resume with a range request.
+			body.add = t.rec.blob(req.URL.Host, ref)
+		}
+	}
+	resp.Body = body
+	return resp, nil
+}
+
+// wrap returns c with its transport going through hostTransport.
+func (r *Recorder) wrap(c *http.Client, table *health.Table, ep endpoint) *http.Client {
+	if c == nil {
+		c = &http.Client{}
+	}
+	wrapped := *c
+	next := c.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	wrapped.Transport = &hostTransport{next: next, rec: r, table: table, ep: ep}
+	return &wrapped
+}
+
+// watch cancels with cause unless the returned stop is called within d.
+// A zero d watches nothing.
+func watch(cancel context.CancelCauseFunc, d time.Duration, cause error) (stop func()) {
+	if d <= 0 {
+		return func() {}
+	}
+	t := time.AfterFunc(d, func() { cancel(cause) })
+	return func() { t.Stop() }
+}
+
+// causeOf returns the stall that cancelled ctx in place of the transport's
+// plain "context canceled".
+func causeOf(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); errors.Is(c, errNoResponse) || errors.Is(c, errStalled) {
+		return c
+	}
+	return err
+}
+
+func classifyStatus(code int) health.Outcome {
+	switch {
+	case code < 400:
+		return health.OK
+	case code == http.StatusTooManyRequests:
+		return health.Throttled
+	case code >= 500:
+		return health.ServerError
+	}
+	return health.Answer
+}
+
+func classifyErr(parent context.Context, err error) health.Outcome {
+	var netErr net.Error
+	switch {
+	case parent.Err() != nil:
+		return health.Canceled
+	case errors.Is(err, errNoResponse), errors.Is(err, errStalled):
+		return health.Timeout
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return health.Timeout
+	}
+	return health.Unreachable
+}
+
+// describeErr is what a failed request says about its host: the cause
+// without the request URL, which may carry tokens in its query.
+func describeErr(err error) string {
+	var u *url.Error
+	if errors.As(err, &u) {
+		err = u.Err
+	}
+	var tlsErr *tls.CertificateVerificationError
+	if errors.As(err, &tlsErr) {
+		return "tls: " + tlsErr.Err.Error()
+	}
+	return err.Error()
+}
+
+// watchedBody bounds how long one Read may wait for bytes, counts blob
+// bytes, and ends the request's context when closed. Only time spent
+// inside Read counts: a consumer that pauses (a slow disk, the download
+// limiter) is not the registry stalling.
+type watchedBody struct {
+	io.ReadCloser
+	cancel  context.CancelCauseFunc
+	ctx     context.Context // the request's own, cancelled on a stall
+	parent  context.Context // the caller's
+	timeout time.Duration
+	add     func(int64) // blob byte counter, or nil
+	failed  func(error) // reports a body failure
+	once    sync.Once
+	timer   *time.Timer
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	if b.timeout > 0 {
+		if b.timer == nil {
+			b.timer = time.AfterFunc(b.timeout, func() {
+				b.cancel(fmt.Errorf("%w: no bytes for %s", errStalled, b.timeout))
+			})
+		} else {
+			b.timer.Reset(b.timeout)
+		}
+	}
+	n, err := b.ReadCloser.Read(p)
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	if n > 0 && b.add != nil {
+		b.add(int64(n))
+	}
+	if err == nil || err == io.EOF || b.failed == nil || b.parent.Err() != nil {
+		return n, err
+	}
+	// The host cut the body off or stopped sending. Mark it, and tell
+	// containerd in the one word that makes it resume where it stopped
+	// (a Range request, which the health table now sends to the next
+	// host). A later Read of this body fails the same way.
+	b.once.Do(func() { b.failed(causeOf(b.ctx, err)) })
+	return n, io.ErrUnexpectedEOF
+}
+
+func (b *watchedBody) Close() error {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
+}
