@@ -1,0 +1,331 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/pullwise/pullwise/transfer/health"
+)
+
+// blobHost is a registry host that serves one blob, with Range support, and
+// counts what it was asked for.
+type blobHost struct {
+	*httptest.Server
+	blob []byte
+	// serve, when set, answers instead of serving the blob.
+	serve    func(w http.ResponseWriter, r *http.Request) bool
+	requests atomic.Int64
+	mu       sync.Mutex
+	ranges   []string
+}
+
+func newBlobHost(t *testing.T, blob []byte) *blobHost {
+	h := &blobHost{blob: blob}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.requests.Add(1)
+		h.mu.Lock()
+		h.ranges = append(h.ranges, r.Header.Get("Range"))
+		h.mu.Unlock()
+		if h.serve != nil && h.serve(w, r) {
+			return
+		}
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(h.blob))
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+func (h *blobHost) host() string { return strings.TrimPrefix(h.URL, "http://") }
+
+// hostsDir writes a hosts.toml naming mirror in front of upstream.
+func hostsDir(t *testing.T, upstream, mirror *blobHost) string {
+	dir := t.TempDir()
+	d := filepath.Join(dir, upstream.host())
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	toml := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", upstream.URL, mirror.URL)
+	if err := os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// fetch reads the blob through containerd's resolver as a pull would.
+func fetch(ctx context.Context, t *testing.T, table *health.Table, dir string, upstream *blobHost) ([]byte, *Recorder, error) {
+	t.Helper()
+	rec := &Recorder{}
+	r := NewResolver(ctx, Hosts{Dirs: []string{dir}, Health: table}, rec)
+	ref := upstream.host() + "/team/app:v1"
+	f, err := r.Fetcher(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(upstream.blob), Size: int64(len(upstream.blob))}
+	rc, err := f.Fetch(ctx, desc)
+	if err != nil {
+		return nil, rec, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	return b, rec, err
+}
+
+func hostStatus(t *testing.T, table *health.Table, h *blobHost) health.Status {
+	t.Helper()
+	for _, s := range table.Hosts() {
+		if s.Key.Host == h.host() {
+			return s
+		}
+	}
+	t.Fatalf("%s not in the health table", h.host())
+	return health.Status{}
+}
+
+func testTable(cfg health.Config) *health.Table {
+	if cfg.Cooldown == 0 {
+		cfg.Cooldown = time.Minute
+	}
+	return health.New(cfg)
+}
+
+func TestMarkedMirrorIsSkippedAcrossPulls(t *testing.T) {
+	blob := bytes.Repeat([]byte("x"), 1000)
+	upstream, mirror := newBlobHost(t, blob), newBlobHost(t, nil)
+	mirror.serve = func(w http.ResponseWriter, r *http.Request) bool {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return true
+	}
+	dir := hostsDir(t, upstream, mirror)
+	table := testTable(health.Config{})
+	for i := range 4 {
+		got, _, err := fetch(context.Background(), t, table, dir, upstream)
+		if err != nil || !bytes.Equal(got, blob) {
+			t.Fatalf("pull %d: %v", i, err)
+		}
+	}
+	if n := mirror.requests.Load(); n != 1 {
+		t.Fatalf("a 503 mirror got %d requests in 4 pulls, want 1", n)
+	}
+}
+
+func TestBlobCutOnMirrorResumesOnUpstream(t *testing.T) {
+	blob := make([]byte, 256<<10)
+	for i := range blob {
+		blob[i] = byte(i * 7)
+	}
+	const cut = 100 << 10
+	upstream, mirror := newBlobHost(t, blob), newBlobHost(t, blob)
+	mirror.serve = func(w http.ResponseWriter, r *http.Request) bool {
+		w.Header().Set("Content-Length", fmt.Sprint(len(blob)))
+		w.WriteHeader(http.StatusOK)
+		w.Write(blob[:cut])
+		panic(http.ErrAbortHandler)
+	}
+	table := testTable(health.Config{})
+	got, _, err := fetch(context.Background(), t, table, hostsDir(t, upstream, mirror), upstream)
+	if err != nil || !bytes.Equal(got, blob) {
+		t.Fatalf("fetch: %v (%d bytes)", err, len(got))
+	}
+	// The rest came from upstream in one range request: nothing twice.
+	if want := []string{fmt.Sprintf("bytes=%d-", cut)}; fmt.Sprint(upstream.ranges) != fmt.Sprint(want) {
+		t.Fatalf("upstream ranges %q, want %q", upstream.ranges, want)
+	}
+	if n := mirror.requests.Load(); n != 1 {
+		t.Fatalf("mirror asked %d times, want once", n)
+	}
+	if s := hostStatus(t, table, mirror); s.Up {
+		t.Fatalf("mirror %+v: want it down", s)
+	}
+}
+
+func TestStalledHosts(t *testing.T) {
+	blob := bytes.Repeat([]byte("y"), 64<<10)
+	for _, tc := range []struct {
+		name string
+		// stall blocks the mirror's answer: before headers or mid-body.
+		stall func(w http.ResponseWriter, r *http.Request, release <-chan struct{})
+		want  string
+	}{
+		{"no headers", func(w http.ResponseWriter, r *http.Request, release <-chan struct{}) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}, "no response within 200ms"},
+		{"body stops", func(w http.ResponseWriter, r *http.Request, release <-chan struct{}) {
+			w.Header().Set("Content-Length", fmt.Sprint(len(blob)))
+			w.WriteHeader(http.StatusOK)
+			w.Write(blob[:1000])
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}, "body stalled: no bytes for 200ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			defer close(release)
+			upstream, mirror := newBlobHost(t, blob), newBlobHost(t, blob)
+			mirror.serve = func(w http.ResponseWriter, r *http.Request) bool {
+				if r.Method == http.MethodGet {
+					tc.stall(w, r, release)
+					return true
+				}
+				return false
+			}
+			table := testTable(health.Config{ResponseTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+			got, _, err := fetch(context.Background(), t, table, hostsDir(t, upstream, mirror), upstream)
+			if err != nil || !bytes.Equal(got, blob) {
+				t.Fatalf("fetch: %v", err)
+			}
+			s := hostStatus(t, table, mirror)
+			if s.Up || s.LastError != tc.want {
+				t.Fatalf("mirror status %+v, want down with %q", s, tc.want)
+			}
+		})
+	}
+}
+
+// TestSlowReaderIsNotAStall: time the consumer spends between reads is not
+// the registry's.
+func TestSlowReaderIsNotAStall(t *testing.T) {
+	blob := bytes.Repeat([]byte("z"), 8<<10)
+	upstream := newBlobHost(t, blob)
+	table := testTable(health.Config{ReadTimeout: 50 * time.Millisecond})
+	rec := &Recorder{}
+	c := rec.wrap(&http.Client{}, table, endpoint{key: health.Key{Scheme: "http", Host: upstream.host(), Path: "/v2"}, role: roleUpstream})
+	resp, err := c.Get(upstream.URL + "/v2/team/app/blobs/sha256:z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got []byte
+	buf := make([]byte, 1024)
+	for {
+		n, err := resp.Body.Read(buf)
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read after %d bytes: %v", len(got), err)
+		}
+		time.Sleep(100 * time.Millisecond) // the consumer is slow, on purpose
+		if len(got) >= 3<<10 {
+			break
+		}
+	}
+	if !table.Hosts()[0].Up {
+		t.Fatal("a slow reader marked the host down")
+	}
+}
+
+func TestAllHostsFailed(t *testing.T) {
+	blob := []byte("blob")
+	status := func(code int) func(w http.ResponseWriter, r *http.Request) bool {
+		return func(w http.ResponseWriter, r *http.Request) bool {
+			http.Error(w, http.StatusText(code), code)
+			return true
+		}
+	}
+	for _, tc := range []struct {
+		name             string
+		mirror, upstream func(w http.ResponseWriter, r *http.Request) bool
+		upstreamDead     bool
+		want             error
+		text             string
+	}{
+		{"503 and refused", status(503), nil, true, errdefs.ErrUnavailable,
+			"mirror MIRROR: 503 Service Unavailable; upstream UPSTREAM: dial tcp UPSTREAM: connect: connection refused"},
+		{"all 404", status(404), status(404), false, errdefs.ErrNotFound,
+			"mirror MIRROR: 404 Not Found; upstream UPSTREAM: 404 Not Found"},
+		{"503 and 404", status(503), status(404), false, errdefs.ErrUnavailable,
+			"mirror MIRROR: 503 Service Unavailable; upstream UPSTREAM: 404 Not Found"},
+		{"401", status(404), status(401), false, errdefs.ErrUnauthenticated,
+			"mirror MIRROR: 404 Not Found; upstream UPSTREAM: 401 Unauthorized"},
+		{"403", status(500), status(403), false, errdefs.ErrPermissionDenied,
+			"mirror MIRROR: 500 Internal Server Error; upstream UPSTREAM: 403 Forbidden"},
+		{"429", status(503), status(429), false, errdefs.ErrResourceExhausted,
+			"mirror MIRROR: 503 Service Unavailable; upstream UPSTREAM: 429 Too Many Requests"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			upstream, mirror := newBlobHost(t, blob), newBlobHost(t, blob)
+			mirror.serve, upstream.serve = tc.mirror, tc.upstream
+			dir := hostsDir(t, upstream, mirror)
+			upHost := upstream.host()
+			if tc.upstreamDead {
+				// Keep the hosts.toml naming upstream's address, then take it
+				// away: the connection is refused.
+				upstream.Close()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, rec, err := fetch(ctx, t, testTable(health.Config{}), dir, upstream)
+			if err == nil {
+				t.Fatal("fetch succeeded")
+			}
+			f := rec.Failure(upHost + "/team/app:v1")
+			if f == nil {
+				t.Fatalf("no failure explained for %v", err)
+			}
+			want := "all registries failed for " + upHost + "/team/app:v1: " +
+				strings.NewReplacer("MIRROR", mirror.host(), "UPSTREAM", upHost).Replace(tc.text)
+			if f.Error() != want {
+				t.Fatalf("error\n got %s\nwant %s", f, want)
+			}
+			if !errors.Is(f, tc.want) {
+				t.Fatalf("%v is not %v", f, tc.want)
+			}
+		})
+	}
+}
+
+func TestFailureIsNilWhenARegistryServed(t *testing.T) {
+	blob := []byte("blob")
+	upstream, mirror := newBlobHost(t, blob), newBlobHost(t, blob)
+	mirror.serve = func(w http.ResponseWriter, r *http.Request) bool {
+		http.NotFound(w, r) // a mirror without the repository
+		return true
+	}
+	table := testTable(health.Config{})
+	if _, rec, err := fetch(context.Background(), t, table, hostsDir(t, upstream, mirror), upstream); err != nil || rec.Failure("x") != nil {
+		t.Fatalf("fetch %v, failure %v", err, rec.Failure("x"))
+	}
+	// A 404 is an answer: the mirror stays up.
+	for _, s := range table.Hosts() {
+		if !s.Up {
+			t.Fatalf("%s marked down by a 404", s.Key)
+		}
+	}
+}
+
+func TestErrorsCarryNoCredentials(t *testing.T) {
+	rec := &Recorder{}
+	c := rec.wrap(&http.Client{}, nil, endpoint{key: health.Key{Scheme: "http", Host: "127.0.0.1:1", Path: "/v2"}, role: roleUpstream})
+	_, err := c.Get("http://user:s3cret@127.0.0.1:1/v2/team/app/manifests/v1?token=s3cret")
+	if err == nil {
+		t.Fatal("request to a closed port succeeded")
+	}
+	f := rec.Failure("127.0.0.1:1/team/app:v1")
+	if f == nil || strings.Contains(f.Error(), "s3cret") {
+		t.Fatalf("failure %v", f)
+	}
+}
