@@ -41,7 +41,7 @@ func app() *cli.Command {
 				Value: 10 * time.Second,
 			},
 		},
-		Commands: []*cli.Command{versionCommand(), imagesCommand(), inspectiCommand(), inspectCommand(), pullCommand(), pullsCommand(), progressCommand()},
+		Commands: []*cli.Command{versionCommand(), imagesCommand(), inspectiCommand(), inspectCommand(), pullCommand(), pullsCommand(), progressCommand(), registriesCommand()},
 	}
 }
 

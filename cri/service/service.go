@@ -11,6 +11,7 @@ import (
 	"github.com/pullwise/pullwise/cri/policy"
 	"github.com/pullwise/pullwise/cri/pullsource"
 	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/health"
 )
 
 // Runtime describes the runtime the service is compiled into.
@@ -24,6 +25,8 @@ type Runtime struct {
 	PullPath func() (usesTransfer bool, warning string)
 	// Pulls lists the node's pulls in flight or waiting.
 	Pulls func() []transfer.PullStatus
+	// Registries lists the registry hosts the node remembers.
+	Registries func() []health.Status
 	// CRI returns the upstream CRI service, which loads after this one.
 	CRI func() (CRI, error)
 	// Sources reads the pull sources of images.

@@ -3,6 +3,8 @@ package pullwise
 import (
 	"fmt"
 	"time"
+
+	"github.com/pullwise/pullwise/transfer/health"
 )
 
 // Config is [plugins."io.containerd.grpc.v1.pullwise"]. The defaults keep
@@ -24,6 +26,17 @@ type Config struct {
 	AlwaysPullPolicy string `toml:"always_pull_policy"`
 	// ProtectPinnedImages refuses removal of pinned images.
 	ProtectPinnedImages bool `toml:"protect_pinned_images"`
+	// RegistryResponseTimeout bounds the wait for a registry host's
+	// response headers; RegistryReadTimeout bounds a response body that
+	// delivers no bytes. A host that exceeds either has failed the request,
+	// which goes on with the next host. 0 leaves both to the caller.
+	RegistryResponseTimeout Duration `toml:"registry_response_timeout"`
+	RegistryReadTimeout     Duration `toml:"registry_read_timeout"`
+	// RegistryCooldown is how long a registry host that failed is skipped
+	// by every pull on the node; it doubles while the host keeps failing,
+	// up to RegistryMaxCooldown. 0 turns this memory off (stock behaviour).
+	RegistryCooldown    Duration `toml:"registry_cooldown"`
+	RegistryMaxCooldown Duration `toml:"registry_max_cooldown"`
 }
 
 // Values of AlwaysPullPolicy.
@@ -39,6 +52,13 @@ func DefaultConfig() *Config {
 		ProgressTokenTTL:    Duration(time.Minute),
 		AlwaysPullPolicy:    PolicyAlways,
 		ProtectPinnedImages: true,
+		// A registry that has not started answering in 15s is not going
+		// to; one that sends nothing for 30s mid-body has stalled. Both
+		// are far above a healthy registry's latency, even over a WAN.
+		RegistryResponseTimeout: Duration(15 * time.Second),
+		RegistryReadTimeout:     Duration(30 * time.Second),
+		RegistryCooldown:        Duration(10 * time.Second),
+		RegistryMaxCooldown:     Duration(5 * time.Minute),
 	}
 }
 
@@ -56,8 +76,26 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("progress_token_ttl must be positive, got %s", c.ProgressTokenTTL)
 	case c.AlwaysPullPolicy != PolicyAlways && c.AlwaysPullPolicy != PolicyIfNewerNotPresent:
 		return fmt.Errorf("always_pull_policy must be %q or %q, got %q", PolicyAlways, PolicyIfNewerNotPresent, c.AlwaysPullPolicy)
+	case c.RegistryResponseTimeout < 0:
+		return fmt.Errorf("registry_response_timeout must not be negative, got %s", c.RegistryResponseTimeout)
+	case c.RegistryReadTimeout < 0:
+		return fmt.Errorf("registry_read_timeout must not be negative, got %s", c.RegistryReadTimeout)
+	case c.RegistryCooldown < 0:
+		return fmt.Errorf("registry_cooldown must not be negative, got %s", c.RegistryCooldown)
+	case c.RegistryCooldown > 0 && c.RegistryMaxCooldown < c.RegistryCooldown:
+		return fmt.Errorf("registry_max_cooldown (%s) must be at least registry_cooldown (%s)", c.RegistryMaxCooldown, c.RegistryCooldown)
 	}
 	return nil
+}
+
+// Health returns the registry health settings.
+func (c *Config) Health() health.Config {
+	return health.Config{
+		Cooldown:        time.Duration(c.RegistryCooldown),
+		MaxCooldown:     time.Duration(c.RegistryMaxCooldown),
+		ResponseTimeout: time.Duration(c.RegistryResponseTimeout),
+		ReadTimeout:     time.Duration(c.RegistryReadTimeout),
+	}
 }
 
 // Duration reads and writes Go duration strings ("30s", "1m") in TOML.

@@ -33,6 +33,22 @@ func TestConfigDecodeAndValidate(t *testing.T) {
 		{name: "zero ttl", toml: `progress_token_ttl = "0s"`, wantErr: "progress_token_ttl"},
 		{name: "bad policy", toml: `always_pull_policy = "Sometimes"`, wantErr: "always_pull_policy"},
 		{name: "IfNewerNotPresent", toml: `always_pull_policy = "IfNewerNotPresent"`},
+		{name: "registry health defaults", toml: "", check: func(t *testing.T, c *Config) {
+			h := c.Health()
+			if h.ResponseTimeout != 15*time.Second || h.ReadTimeout != 30*time.Second ||
+				h.Cooldown != 10*time.Second || h.MaxCooldown != 5*time.Minute {
+				t.Fatalf("registry health defaults: %+v", h)
+			}
+		}},
+		{name: "registry memory off", toml: `registry_cooldown = "0s"`, check: func(t *testing.T, c *Config) {
+			if c.Health().Cooldown != 0 {
+				t.Fatalf("cooldown %s", c.RegistryCooldown)
+			}
+		}},
+		{name: "negative response timeout", toml: `registry_response_timeout = "-1s"`, wantErr: "registry_response_timeout"},
+		{name: "negative read timeout", toml: `registry_read_timeout = "-1s"`, wantErr: "registry_read_timeout"},
+		{name: "negative cooldown", toml: `registry_cooldown = "-1s"`, wantErr: "registry_cooldown"},
+		{name: "max below start", toml: "registry_cooldown = \"1m\"\nregistry_max_cooldown = \"30s\"", wantErr: "registry_max_cooldown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()

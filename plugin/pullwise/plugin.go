@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/plugins"
@@ -22,6 +23,7 @@ import (
 	"github.com/pullwise/pullwise/plugin/version"
 	"github.com/pullwise/pullwise/transfer"
 	"github.com/pullwise/pullwise/transfer/gate"
+	"github.com/pullwise/pullwise/transfer/health"
 )
 
 func init() {
@@ -56,7 +58,17 @@ func init() {
 			if cri.registryConfigPath != "" {
 				tc.HostDirs = append(tc.HostDirs, cri.registryConfigPath)
 			}
+			tc.Health = health.New(c.Health())
+			if err := prometheus.Register(tc.Health); err != nil {
+				return nil, fmt.Errorf("register registry health metrics: %w", err)
+			}
 			ts.Configure(tc)
+			log.G(ic.Context).WithFields(log.Fields{
+				"registry_cooldown":         c.RegistryCooldown,
+				"registry_max_cooldown":     c.RegistryMaxCooldown,
+				"registry_response_timeout": c.RegistryResponseTimeout,
+				"registry_read_timeout":     c.RegistryReadTimeout,
+			}).Info("registry health configured")
 			pinned := cri.pinned
 			log.G(ic.Context).WithFields(log.Fields{
 				"max_parallel_image_pulls": c.MaxParallelImagePulls,
@@ -80,6 +92,7 @@ func init() {
 				Version:         ctrdversion.Version,
 				PullPath:        pullPath,
 				Pulls:           ts.Pulls,
+				Registries:      tc.Health.Hosts,
 				CRI:             func() (service.CRI, error) { return upstreamCRI(ic.Plugins()) },
 				Sources:         sources,
 				Decider:         newDecider(ic.Plugins(), ts, store, sources),

@@ -1019,6 +1019,198 @@ func (x *ListPullsResponse) GetPulls() []*Pull {
 	return nil
 }
 
+type ListRegistriesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRegistriesRequest) Reset() {
+	*x = ListRegistriesRequest{}
+	mi := &file_pullwise_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRegistriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRegistriesRequest) ProtoMessage() {}
+
+func (x *ListRegistriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pullwise_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRegistriesRequest.ProtoReflect.Descriptor instead.
+func (*ListRegistriesRequest) Descriptor() ([]byte, []int) {
+	return file_pullwise_proto_rawDescGZIP(), []int{16}
+}
+
+type RegistryHost struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint as hosts.toml names it: scheme://host[:port]/path.
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// "up"; "down", skipped by pulls until next_probe; or "probing", one
+	// request checking whether it is back.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// When the host entered its state, in Unix nanoseconds like CRI's
+	// timestamps.
+	Since int64 `protobuf:"varint,3,opt,name=since,proto3" json:"since,omitempty"`
+	// The last failure and when it happened (Unix nanoseconds); empty and 0
+	// when the host never failed.
+	LastError   string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastErrorAt int64  `protobuf:"varint,5,opt,name=last_error_at,json=lastErrorAt,proto3" json:"last_error_at,omitempty"`
+	// While down: when a request may probe the host again (Unix
+	// nanoseconds); 0 otherwise.
+	NextProbe int64 `protobuf:"varint,6,opt,name=next_probe,json=nextProbe,proto3" json:"next_probe,omitempty"`
+	// Failed checks in a row while down.
+	Failures int32 `protobuf:"varint,7,opt,name=failures,proto3" json:"failures,omitempty"`
+	// Requests since the daemon started, by outcome: ok, answer (4xx but
+	// 429), throttled, server_error, unreachable, timeout, skipped, canceled.
+	Requests      map[string]uint64 `protobuf:"bytes,8,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistryHost) Reset() {
+	*x = RegistryHost{}
+	mi := &file_pullwise_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryHost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryHost) ProtoMessage() {}
+
+func (x *RegistryHost) ProtoReflect() protoreflect.Message {
+	mi := &file_pullwise_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryHost.ProtoReflect.Descriptor instead.
+func (*RegistryHost) Descriptor() ([]byte, []int) {
+	return file_pullwise_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RegistryHost) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *RegistryHost) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *RegistryHost) GetSince() int64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *RegistryHost) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *RegistryHost) GetLastErrorAt() int64 {
+	if x != nil {
+		return x.LastErrorAt
+	}
+	return 0
+}
+
+func (x *RegistryHost) GetNextProbe() int64 {
+	if x != nil {
+		return x.NextProbe
+	}
+	return 0
+}
+
+func (x *RegistryHost) GetFailures() int32 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *RegistryHost) GetRequests() map[string]uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+type ListRegistriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hosts         []*RegistryHost        `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRegistriesResponse) Reset() {
+	*x = ListRegistriesResponse{}
+	mi := &file_pullwise_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRegistriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRegistriesResponse) ProtoMessage() {}
+
+func (x *ListRegistriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pullwise_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRegistriesResponse.ProtoReflect.Descriptor instead.
+func (*ListRegistriesResponse) Descriptor() ([]byte, []int) {
+	return file_pullwise_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListRegistriesResponse) GetHosts() []*RegistryHost {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
 var File_pullwise_proto protoreflect.FileDescriptor
 
 const file_pullwise_proto_rawDesc = "" +
@@ -1093,7 +1285,24 @@ const file_pullwise_proto_rawDesc = "" +
 	"bytesTotal\x12\x18\n" +
 	"\acallers\x18\a \x01(\x05R\acallers\"F\n" +
 	"\x11ListPullsResponse\x121\n" +
-	"\x05pulls\x18\x01 \x03(\v2\x1b.pullwise.cri.v1alpha1.PullR\x05pulls*n\n" +
+	"\x05pulls\x18\x01 \x03(\v2\x1b.pullwise.cri.v1alpha1.PullR\x05pulls\"\x17\n" +
+	"\x15ListRegistriesRequest\"\xd8\x02\n" +
+	"\fRegistryHost\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05since\x18\x03 \x01(\x03R\x05since\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\x12\"\n" +
+	"\rlast_error_at\x18\x05 \x01(\x03R\vlastErrorAt\x12\x1d\n" +
+	"\n" +
+	"next_probe\x18\x06 \x01(\x03R\tnextProbe\x12\x1a\n" +
+	"\bfailures\x18\a \x01(\x05R\bfailures\x12M\n" +
+	"\brequests\x18\b \x03(\v21.pullwise.cri.v1alpha1.RegistryHost.RequestsEntryR\brequests\x1a;\n" +
+	"\rRequestsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"S\n" +
+	"\x16ListRegistriesResponse\x129\n" +
+	"\x05hosts\x18\x01 \x03(\v2#.pullwise.cri.v1alpha1.RegistryHostR\x05hosts*n\n" +
 	"\n" +
 	"PullPolicy\x12\x1b\n" +
 	"\x17PULL_POLICY_UNSPECIFIED\x10\x00\x12\n" +
@@ -1101,7 +1310,7 @@ const file_pullwise_proto_rawDesc = "" +
 	"\x06ALWAYS\x10\x01\x12\x12\n" +
 	"\x0eIF_NOT_PRESENT\x10\x02\x12\x18\n" +
 	"\x14IF_NEWER_NOT_PRESENT\x10\x03\x12\t\n" +
-	"\x05NEVER\x10\x042\xe5\x05\n" +
+	"\x05NEVER\x10\x042\xd6\x06\n" +
 	"\bPullwise\x12Z\n" +
 	"\aVersion\x12%.pullwise.cri.v1alpha1.VersionRequest\x1a&.pullwise.cri.v1alpha1.VersionResponse\"\x00\x12`\n" +
 	"\tPullImage\x12'.pullwise.cri.v1alpha1.PullImageRequest\x1a(.pullwise.cri.v1alpha1.PullImageResponse\"\x00\x12f\n" +
@@ -1110,7 +1319,8 @@ const file_pullwise_proto_rawDesc = "" +
 	"ListImages\x12(.pullwise.cri.v1alpha1.ListImagesRequest\x1a).pullwise.cri.v1alpha1.ListImagesResponse\"\x00\x12r\n" +
 	"\x0fContainerStatus\x12-.pullwise.cri.v1alpha1.ContainerStatusRequest\x1a..pullwise.cri.v1alpha1.ContainerStatusResponse\"\x00\x12x\n" +
 	"\x11ImagePullProgress\x12/.pullwise.cri.v1alpha1.ImagePullProgressRequest\x1a0.pullwise.cri.v1alpha1.ImagePullProgressResponse\"\x00\x12`\n" +
-	"\tListPulls\x12'.pullwise.cri.v1alpha1.ListPullsRequest\x1a(.pullwise.cri.v1alpha1.ListPullsResponse\"\x00B8Z6github.com/pullwise/pullwise/cri/api/v1alpha1;v1alpha1b\x06proto3"
+	"\tListPulls\x12'.pullwise.cri.v1alpha1.ListPullsRequest\x1a(.pullwise.cri.v1alpha1.ListPullsResponse\"\x00\x12o\n" +
+	"\x0eListRegistries\x12,.pullwise.cri.v1alpha1.ListRegistriesRequest\x1a-.pullwise.cri.v1alpha1.ListRegistriesResponse\"\x00B8Z6github.com/pullwise/pullwise/cri/api/v1alpha1;v1alpha1b\x06proto3"
 
 var (
 	file_pullwise_proto_rawDescOnce sync.Once
@@ -1125,7 +1335,7 @@ func file_pullwise_proto_rawDescGZIP() []byte {
 }
 
 var file_pullwise_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pullwise_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_pullwise_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_pullwise_proto_goTypes = []any{
 	(PullPolicy)(0),                   // 0: pullwise.cri.v1alpha1.PullPolicy
 	(*VersionRequest)(nil),            // 1: pullwise.cri.v1alpha1.VersionRequest
@@ -1144,50 +1354,58 @@ var file_pullwise_proto_goTypes = []any{
 	(*ListPullsRequest)(nil),          // 14: pullwise.cri.v1alpha1.ListPullsRequest
 	(*Pull)(nil),                      // 15: pullwise.cri.v1alpha1.Pull
 	(*ListPullsResponse)(nil),         // 16: pullwise.cri.v1alpha1.ListPullsResponse
-	nil,                               // 17: pullwise.cri.v1alpha1.ImageStatusResponse.InfoEntry
-	nil,                               // 18: pullwise.cri.v1alpha1.ContainerStatusResponse.InfoEntry
-	(*v1.ImageSpec)(nil),              // 19: runtime.v1.ImageSpec
-	(*v1.AuthConfig)(nil),             // 20: runtime.v1.AuthConfig
-	(*v1.PodSandboxConfig)(nil),       // 21: runtime.v1.PodSandboxConfig
-	(*v1.Image)(nil),                  // 22: runtime.v1.Image
-	(*v1.ImageFilter)(nil),            // 23: runtime.v1.ImageFilter
-	(*v1.ContainerStatus)(nil),        // 24: runtime.v1.ContainerStatus
-	(*v1.PodSandboxMetadata)(nil),     // 25: runtime.v1.PodSandboxMetadata
+	(*ListRegistriesRequest)(nil),     // 17: pullwise.cri.v1alpha1.ListRegistriesRequest
+	(*RegistryHost)(nil),              // 18: pullwise.cri.v1alpha1.RegistryHost
+	(*ListRegistriesResponse)(nil),    // 19: pullwise.cri.v1alpha1.ListRegistriesResponse
+	nil,                               // 20: pullwise.cri.v1alpha1.ImageStatusResponse.InfoEntry
+	nil,                               // 21: pullwise.cri.v1alpha1.ContainerStatusResponse.InfoEntry
+	nil,                               // 22: pullwise.cri.v1alpha1.RegistryHost.RequestsEntry
+	(*v1.ImageSpec)(nil),              // 23: runtime.v1.ImageSpec
+	(*v1.AuthConfig)(nil),             // 24: runtime.v1.AuthConfig
+	(*v1.PodSandboxConfig)(nil),       // 25: runtime.v1.PodSandboxConfig
+	(*v1.Image)(nil),                  // 26: runtime.v1.Image
+	(*v1.ImageFilter)(nil),            // 27: runtime.v1.ImageFilter
+	(*v1.ContainerStatus)(nil),        // 28: runtime.v1.ContainerStatus
+	(*v1.PodSandboxMetadata)(nil),     // 29: runtime.v1.PodSandboxMetadata
 }
 var file_pullwise_proto_depIdxs = []int32{
-	19, // 0: pullwise.cri.v1alpha1.PullImageRequest.image:type_name -> runtime.v1.ImageSpec
-	20, // 1: pullwise.cri.v1alpha1.PullImageRequest.auth:type_name -> runtime.v1.AuthConfig
-	21, // 2: pullwise.cri.v1alpha1.PullImageRequest.sandbox_config:type_name -> runtime.v1.PodSandboxConfig
+	23, // 0: pullwise.cri.v1alpha1.PullImageRequest.image:type_name -> runtime.v1.ImageSpec
+	24, // 1: pullwise.cri.v1alpha1.PullImageRequest.auth:type_name -> runtime.v1.AuthConfig
+	25, // 2: pullwise.cri.v1alpha1.PullImageRequest.sandbox_config:type_name -> runtime.v1.PodSandboxConfig
 	0,  // 3: pullwise.cri.v1alpha1.PullImageRequest.pull_policy:type_name -> pullwise.cri.v1alpha1.PullPolicy
-	19, // 4: pullwise.cri.v1alpha1.ImageStatusRequest.image:type_name -> runtime.v1.ImageSpec
-	22, // 5: pullwise.cri.v1alpha1.ImageStatusResponse.image:type_name -> runtime.v1.Image
-	17, // 6: pullwise.cri.v1alpha1.ImageStatusResponse.info:type_name -> pullwise.cri.v1alpha1.ImageStatusResponse.InfoEntry
-	23, // 7: pullwise.cri.v1alpha1.ListImagesRequest.filter:type_name -> runtime.v1.ImageFilter
-	22, // 8: pullwise.cri.v1alpha1.ImageWithSource.image:type_name -> runtime.v1.Image
+	23, // 4: pullwise.cri.v1alpha1.ImageStatusRequest.image:type_name -> runtime.v1.ImageSpec
+	26, // 5: pullwise.cri.v1alpha1.ImageStatusResponse.image:type_name -> runtime.v1.Image
+	20, // 6: pullwise.cri.v1alpha1.ImageStatusResponse.info:type_name -> pullwise.cri.v1alpha1.ImageStatusResponse.InfoEntry
+	27, // 7: pullwise.cri.v1alpha1.ListImagesRequest.filter:type_name -> runtime.v1.ImageFilter
+	26, // 8: pullwise.cri.v1alpha1.ImageWithSource.image:type_name -> runtime.v1.Image
 	8,  // 9: pullwise.cri.v1alpha1.ListImagesResponse.images:type_name -> pullwise.cri.v1alpha1.ImageWithSource
-	24, // 10: pullwise.cri.v1alpha1.ContainerStatusResponse.status:type_name -> runtime.v1.ContainerStatus
-	18, // 11: pullwise.cri.v1alpha1.ContainerStatusResponse.info:type_name -> pullwise.cri.v1alpha1.ContainerStatusResponse.InfoEntry
-	25, // 12: pullwise.cri.v1alpha1.Pull.pod:type_name -> runtime.v1.PodSandboxMetadata
+	28, // 10: pullwise.cri.v1alpha1.ContainerStatusResponse.status:type_name -> runtime.v1.ContainerStatus
+	21, // 11: pullwise.cri.v1alpha1.ContainerStatusResponse.info:type_name -> pullwise.cri.v1alpha1.ContainerStatusResponse.InfoEntry
+	29, // 12: pullwise.cri.v1alpha1.Pull.pod:type_name -> runtime.v1.PodSandboxMetadata
 	15, // 13: pullwise.cri.v1alpha1.ListPullsResponse.pulls:type_name -> pullwise.cri.v1alpha1.Pull
-	1,  // 14: pullwise.cri.v1alpha1.Pullwise.Version:input_type -> pullwise.cri.v1alpha1.VersionRequest
-	3,  // 15: pullwise.cri.v1alpha1.Pullwise.PullImage:input_type -> pullwise.cri.v1alpha1.PullImageRequest
-	5,  // 16: pullwise.cri.v1alpha1.Pullwise.ImageStatus:input_type -> pullwise.cri.v1alpha1.ImageStatusRequest
-	7,  // 17: pullwise.cri.v1alpha1.Pullwise.ListImages:input_type -> pullwise.cri.v1alpha1.ListImagesRequest
-	10, // 18: pullwise.cri.v1alpha1.Pullwise.ContainerStatus:input_type -> pullwise.cri.v1alpha1.ContainerStatusRequest
-	12, // 19: pullwise.cri.v1alpha1.Pullwise.ImagePullProgress:input_type -> pullwise.cri.v1alpha1.ImagePullProgressRequest
-	14, // 20: pullwise.cri.v1alpha1.Pullwise.ListPulls:input_type -> pullwise.cri.v1alpha1.ListPullsRequest
-	2,  // 21: pullwise.cri.v1alpha1.Pullwise.Version:output_type -> pullwise.cri.v1alpha1.VersionResponse
-	4,  // 22: pullwise.cri.v1alpha1.Pullwise.PullImage:output_type -> pullwise.cri.v1alpha1.PullImageResponse
-	6,  // 23: pullwise.cri.v1alpha1.Pullwise.ImageStatus:output_type -> pullwise.cri.v1alpha1.ImageStatusResponse
-	9,  // 24: pullwise.cri.v1alpha1.Pullwise.ListImages:output_type -> pullwise.cri.v1alpha1.ListImagesResponse
-	11, // 25: pullwise.cri.v1alpha1.Pullwise.ContainerStatus:output_type -> pullwise.cri.v1alpha1.ContainerStatusResponse
-	13, // 26: pullwise.cri.v1alpha1.Pullwise.ImagePullProgress:output_type -> pullwise.cri.v1alpha1.ImagePullProgressResponse
-	16, // 27: pullwise.cri.v1alpha1.Pullwise.ListPulls:output_type -> pullwise.cri.v1alpha1.ListPullsResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	22, // 14: pullwise.cri.v1alpha1.RegistryHost.requests:type_name -> pullwise.cri.v1alpha1.RegistryHost.RequestsEntry
+	18, // 15: pullwise.cri.v1alpha1.ListRegistriesResponse.hosts:type_name -> pullwise.cri.v1alpha1.RegistryHost
+	1,  // 16: pullwise.cri.v1alpha1.Pullwise.Version:input_type -> pullwise.cri.v1alpha1.VersionRequest
+	3,  // 17: pullwise.cri.v1alpha1.Pullwise.PullImage:input_type -> pullwise.cri.v1alpha1.PullImageRequest
+	5,  // 18: pullwise.cri.v1alpha1.Pullwise.ImageStatus:input_type -> pullwise.cri.v1alpha1.ImageStatusRequest
+	7,  // 19: pullwise.cri.v1alpha1.Pullwise.ListImages:input_type -> pullwise.cri.v1alpha1.ListImagesRequest
+	10, // 20: pullwise.cri.v1alpha1.Pullwise.ContainerStatus:input_type -> pullwise.cri.v1alpha1.ContainerStatusRequest
+	12, // 21: pullwise.cri.v1alpha1.Pullwise.ImagePullProgress:input_type -> pullwise.cri.v1alpha1.ImagePullProgressRequest
+	14, // 22: pullwise.cri.v1alpha1.Pullwise.ListPulls:input_type -> pullwise.cri.v1alpha1.ListPullsRequest
+	17, // 23: pullwise.cri.v1alpha1.Pullwise.ListRegistries:input_type -> pullwise.cri.v1alpha1.ListRegistriesRequest
+	2,  // 24: pullwise.cri.v1alpha1.Pullwise.Version:output_type -> pullwise.cri.v1alpha1.VersionResponse
+	4,  // 25: pullwise.cri.v1alpha1.Pullwise.PullImage:output_type -> pullwise.cri.v1alpha1.PullImageResponse
+	6,  // 26: pullwise.cri.v1alpha1.Pullwise.ImageStatus:output_type -> pullwise.cri.v1alpha1.ImageStatusResponse
+	9,  // 27: pullwise.cri.v1alpha1.Pullwise.ListImages:output_type -> pullwise.cri.v1alpha1.ListImagesResponse
+	11, // 28: pullwise.cri.v1alpha1.Pullwise.ContainerStatus:output_type -> pullwise.cri.v1alpha1.ContainerStatusResponse
+	13, // 29: pullwise.cri.v1alpha1.Pullwise.ImagePullProgress:output_type -> pullwise.cri.v1alpha1.ImagePullProgressResponse
+	16, // 30: pullwise.cri.v1alpha1.Pullwise.ListPulls:output_type -> pullwise.cri.v1alpha1.ListPullsResponse
+	19, // 31: pullwise.cri.v1alpha1.Pullwise.ListRegistries:output_type -> pullwise.cri.v1alpha1.ListRegistriesResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_pullwise_proto_init() }
@@ -1201,7 +1419,7 @@ func file_pullwise_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pullwise_proto_rawDesc), len(file_pullwise_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

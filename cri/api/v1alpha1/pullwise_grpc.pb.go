@@ -33,6 +33,7 @@ const (
 	Pullwise_ContainerStatus_FullMethodName   = "/pullwise.cri.v1alpha1.Pullwise/ContainerStatus"
 	Pullwise_ImagePullProgress_FullMethodName = "/pullwise.cri.v1alpha1.Pullwise/ImagePullProgress"
 	Pullwise_ListPulls_FullMethodName         = "/pullwise.cri.v1alpha1.Pullwise/ListPulls"
+	Pullwise_ListRegistries_FullMethodName    = "/pullwise.cri.v1alpha1.Pullwise/ListRegistries"
 )
 
 // PullwiseClient is the client API for Pullwise service.
@@ -57,6 +58,9 @@ type PullwiseClient interface {
 	ImagePullProgress(ctx context.Context, in *ImagePullProgressRequest, opts ...grpc.CallOption) (*ImagePullProgressResponse, error)
 	// ListPulls lists pulls that are in flight or waiting for a slot.
 	ListPulls(ctx context.Context, in *ListPullsRequest, opts ...grpc.CallOption) (*ListPullsResponse, error)
+	// ListRegistries lists the registry hosts the node's pulls have used,
+	// with what the node remembers of their health.
+	ListRegistries(ctx context.Context, in *ListRegistriesRequest, opts ...grpc.CallOption) (*ListRegistriesResponse, error)
 }
 
 type pullwiseClient struct {
@@ -137,6 +141,16 @@ func (c *pullwiseClient) ListPulls(ctx context.Context, in *ListPullsRequest, op
 	return out, nil
 }
 
+func (c *pullwiseClient) ListRegistries(ctx context.Context, in *ListRegistriesRequest, opts ...grpc.CallOption) (*ListRegistriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRegistriesResponse)
+	err := c.cc.Invoke(ctx, Pullwise_ListRegistries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PullwiseServer is the server API for Pullwise service.
 // All implementations must embed UnimplementedPullwiseServer
 // for forward compatibility.
@@ -159,6 +173,9 @@ type PullwiseServer interface {
 	ImagePullProgress(context.Context, *ImagePullProgressRequest) (*ImagePullProgressResponse, error)
 	// ListPulls lists pulls that are in flight or waiting for a slot.
 	ListPulls(context.Context, *ListPullsRequest) (*ListPullsResponse, error)
+	// ListRegistries lists the registry hosts the node's pulls have used,
+	// with what the node remembers of their health.
+	ListRegistries(context.Context, *ListRegistriesRequest) (*ListRegistriesResponse, error)
 	mustEmbedUnimplementedPullwiseServer()
 }
 
@@ -189,6 +206,9 @@ func (UnimplementedPullwiseServer) ImagePullProgress(context.Context, *ImagePull
 }
 func (UnimplementedPullwiseServer) ListPulls(context.Context, *ListPullsRequest) (*ListPullsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPulls not implemented")
+}
+func (UnimplementedPullwiseServer) ListRegistries(context.Context, *ListRegistriesRequest) (*ListRegistriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRegistries not implemented")
 }
 func (UnimplementedPullwiseServer) mustEmbedUnimplementedPullwiseServer() {}
 func (UnimplementedPullwiseServer) testEmbeddedByValue()                  {}
@@ -337,6 +357,24 @@ func _Pullwise_ListPulls_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Pullwise_ListRegistries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRegistriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PullwiseServer).ListRegistries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Pullwise_ListRegistries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PullwiseServer).ListRegistries(ctx, req.(*ListRegistriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Pullwise_ServiceDesc is the grpc.ServiceDesc for Pullwise service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -371,6 +409,10 @@ var Pullwise_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListPulls",
 			Handler:    _Pullwise_ListPulls_Handler,
+		},
+		{
+			MethodName: "ListRegistries",
+			Handler:    _Pullwise_ListRegistries_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
