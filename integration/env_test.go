@@ -60,9 +60,9 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	e.upstream = registry.Start(t, registry.Options{Name: "upstream", DisableKeepAlives: opts.noKeepAlive})
 	switch opts.mirror {
 	case mirrorProxy:
-		e.mirror = registry.Start(t, registry.Options{Name: "mirror", ProxyRemoteURL: e.upstream.URL()})
+		e.mirror = registry.Start(t, registry.Options{Name: "mirror", ProxyRemoteURL: e.upstream.URL(), DisableKeepAlives: opts.noKeepAlive})
 	case mirrorSeeded:
-		e.mirror = registry.Start(t, registry.Options{Name: "mirror"})
+		e.mirror = registry.Start(t, registry.Options{Name: "mirror", DisableKeepAlives: opts.noKeepAlive})
 	}
 	e.writeHosts()
 	e.d = daemon.Start(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig})

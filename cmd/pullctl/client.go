@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 	"google.golang.org/grpc"
@@ -75,6 +76,12 @@ func (c *client) explain(what string, err error) error {
 	}
 	switch st.Code() {
 	case codes.Unavailable:
+		// The runtime answers Unavailable itself when no registry could
+		// serve a pull: only a runtime that does not answer at all is out
+		// of reach.
+		if c.reachable() {
+			return fmt.Errorf("%s: %s", what, strings.TrimPrefix(st.Message(), what+": "))
+		}
 		return fmt.Errorf("cannot reach the runtime at %s: %s", c.endpoint, st.Message())
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("%s: no answer from %s within --timeout", what, c.endpoint)
@@ -83,5 +90,14 @@ func (c *client) explain(what string, err error) error {
 	case codes.NotFound:
 		return fmt.Errorf("%s: not found: %s", what, st.Message())
 	}
-	return errors.New(what + ": " + st.Message())
+	// The Pullwise API already says what failed, e.g. "pull REF: ...".
+	return errors.New(what + ": " + strings.TrimPrefix(st.Message(), what+": "))
+}
+
+// reachable reports whether the runtime answers a Version call now.
+func (c *client) reachable() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := c.pullwise.Version(ctx, &api.VersionRequest{})
+	return err == nil
 }
