@@ -186,6 +186,10 @@ func TestConfigDefaultShowsPullwise(t *testing.T) {
 		"progress_token_ttl = '1m0s'",
 		"always_pull_policy = 'Always'",
 		"protect_pinned_images = true",
+		"registry_response_timeout = '15s'",
+		"registry_read_timeout = '30s'",
+		"registry_cooldown = '10s'",
+		"registry_max_cooldown = '5m0s'",
 	} {
 		if !strings.Contains(section, want) {
 			t.Errorf("pullwise section lacks %q:\n%s", want, section)

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -21,6 +22,10 @@ var (
 	status429    = remoteserrors.ErrUnexpectedStatus{StatusCode: 429, Status: "429 Too Many Requests"}
 	status401    = remoteserrors.ErrUnexpectedStatus{StatusCode: 401, Status: "401 Unauthorized"}
 	refused      = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	// What the resolver returns when every host failed (source.AllFailedError).
+	allUnavailable = fmt.Errorf("all registries failed: %w", errdefs.ErrUnavailable)
+	allThrottled   = fmt.Errorf("all registries failed: %w", errdefs.ErrResourceExhausted)
+	allDenied      = fmt.Errorf("all registries failed: %w", errdefs.ErrPermissionDenied)
 )
 
 type fake struct {
@@ -76,6 +81,10 @@ func TestDecisions(t *testing.T) {
 			reason: ReasonRegistryUnavailable, resolves: 3, warning: true},
 		{name: "ifnewer, 503 and 429", policy: IfNewerNotPresent, fake: fake{present: true, remote: []error{status503, status429, status503, status503}},
 			reason: ReasonRegistryUnavailable, resolves: 3, warning: true},
+		{name: "ifnewer, every host unavailable", policy: IfNewerNotPresent, fake: fake{present: true, remote: []error{allUnavailable, allThrottled, allUnavailable}},
+			reason: ReasonRegistryUnavailable, resolves: 3, warning: true},
+		{name: "ifnewer, every host denied", policy: IfNewerNotPresent, fake: fake{present: true, remote: []error{allDenied}},
+			resolves: 1, wantErr: errdefs.ErrPermissionDenied},
 		{name: "ifnewer, 401 is an error", policy: IfNewerNotPresent, fake: fake{present: true, remote: []error{status401}},
 			resolves: 1, wantErr: status401},
 		{name: "ifnewer, 404 is an error", policy: IfNewerNotPresent, fake: fake{present: true, remote: []error{errdefs.ErrNotFound}},
