@@ -81,6 +81,14 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	body := &watchedBody{ReadCloser: resp.Body, cancel: cancel, ctx: ctx, parent: req.Context(), timeout: cfg.ReadTimeout}
+	if cfg.ReadTimeout > 0 {
+		// Made here, stopped, rather than in the first Read: Close may run
+		// concurrently with a Read to abort it.
+		body.timer = time.AfterFunc(cfg.ReadTimeout, func() {
+			cancel(fmt.Errorf("%w: no bytes for %s", errStalled, cfg.ReadTimeout))
+		})
+		body.timer.Stop()
+	}
 	body.failed = func(err error) {
 		o, detail := classifyErr(req.Context(), err), describeErr(err)
 		admitted.Report(req.Context(), o, detail)
@@ -189,14 +197,8 @@ type watchedBody struct {
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
-	if b.timeout > 0 {
-		if b.timer == nil {
-			b.timer = time.AfterFunc(b.timeout, func() {
-				b.cancel(fmt.Errorf("%w: no bytes for %s", errStalled, b.timeout))
-			})
-		} else {
-			b.timer.Reset(b.timeout)
-		}
+	if b.timer != nil {
+		b.timer.Reset(b.timeout)
 	}
 	n, err := b.ReadCloser.Read(p)
 	if b.timer != nil {
