@@ -103,18 +103,22 @@ func TestRegistryHealthSkipsFailedMirror(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{mirror: mirrorSeeded, extraConfig: healthConfig(time.Hour, time.Hour, 0, 0)})
-			refs := seededImages(e, "skip", 4)
+			refs := seededImages(e, "skip", 5)
 			tc.breakIt(e)
 			mirrorEP := endpointOf(e.mirror)
 			if tc.name == "refused" {
 				mirrorEP = ""
 			}
-			for _, ref := range refs {
+			for _, ref := range refs[:4] {
 				e.criPull(ref)
+			}
+			// ctr shares the node's memory with CRI.
+			if out, err := e.ctr("default", "image", "pull", "--plain-http", "--hosts-dir", e.hostsDir, refs[4]); err != nil {
+				t.Fatalf("ctr pull: %v\n%s", err, out)
 			}
 			if tc.name == "503" {
 				if n := e.mirror.Count(isContainerd); n != 1 {
-					t.Fatalf("the 503 mirror got %d requests over 4 pulls, want 1", n)
+					t.Fatalf("the 503 mirror got %d requests over 4 CRI pulls and a ctr pull, want 1", n)
 				}
 			}
 			// The node's view: one failure, skipped since, no request lost.
@@ -127,7 +131,7 @@ func TestRegistryHealthSkipsFailedMirror(t *testing.T) {
 			if mirror.State != "down" || !strings.Contains(mirror.LastError, tc.lastErr) || mirror.NextProbe == "" {
 				t.Fatalf("mirror in pullctl registries: %+v", mirror)
 			}
-			if mirror.Requests[tc.outcome] != 1 || mirror.Requests["skipped"] < 3 {
+			if mirror.Requests[tc.outcome] != 1 || mirror.Requests["skipped"] < 4 {
 				t.Fatalf("mirror requests %v: want 1 %s and every later request skipped", mirror.Requests, tc.outcome)
 			}
 			if got := e.metric(fmt.Sprintf(`pullwise_registry_host_up{host=%q}`, mirror.Host)); got != 0 {
