@@ -38,6 +38,9 @@ type envOptions struct {
 	// noKeepAlive makes the registries close connections after each
 	// response, for tests that count containerd's goroutines.
 	noKeepAlive bool
+	// logLevel is containerd's; debug when empty. Benchmarks use info, as
+	// a node would.
+	logLevel string
 }
 
 // env is one containerd with an upstream registry and, optionally, a mirror
@@ -65,7 +68,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		e.mirror = registry.Start(t, registry.Options{Name: "mirror", DisableKeepAlives: opts.noKeepAlive})
 	}
 	e.writeHosts()
-	e.d = daemon.Start(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig})
+	e.d = daemon.Start(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig, LogLevel: opts.logLevel})
 	e.connect()
 	return e
 }

@@ -91,3 +91,14 @@ func (l Local) chainID(ctx context.Context, target ocispec.Descriptor, p ocispec
 	}
 	return identity.ChainID(diffIDs), nil
 }
+
+// present returns whether a blob is committed in the content store.
+func (l Local) present(ctx context.Context) func(digest.Digest) bool {
+	return func(d digest.Digest) bool {
+		if l.Content == nil {
+			return false
+		}
+		_, err := l.Content.Info(ctx, d)
+		return err == nil
+	}
+}

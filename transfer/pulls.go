@@ -1,9 +1,13 @@
 package transfer
 
 import (
+	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/containerd/log"
 
 	"github.com/containerd/containerd/v2/core/transfer"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -11,8 +15,9 @@ import (
 
 // Pull states, as ListPulls reports them.
 const (
-	StateWaiting = "waiting" // queued for a slot
-	StatePulling = "pulling"
+	StateWaiting   = "waiting"   // queued for a slot
+	StatePulling   = "pulling"   // holding a slot, fetching
+	StateUnpacking = "unpacking" // every blob fetched, slot given back
 )
 
 // PullStatus is one pull in flight or waiting, shared callers counted once.
@@ -38,7 +43,38 @@ type pull struct {
 	pod      *runtime.PodSandboxMetadata
 	queued   time.Time
 	started  time.Time                    // zero while waiting
+	fetched  time.Time                    // zero until every blob is in
 	progress map[string]transfer.Progress // latest per descriptor
+
+	// First and last blob bytes read, in Unix nanoseconds, for the
+	// timeline; written by fetching goroutines.
+	firstByte, lastByte atomic.Int64
+}
+
+// bytesRead notes that blob bytes arrived now.
+func (p *pull) bytesRead() {
+	now := time.Now().UnixNano()
+	p.firstByte.CompareAndSwap(0, now)
+	p.lastByte.Store(now)
+}
+
+// logTimeline says where a pull's time went, from when it was queued:
+// waiting for a slot, the first and the last blob byte, every blob in, and
+// the end. Operators and the benchmarks read it to see where the tail of a
+// burst of pulls goes.
+func (p *pull) logTimeline(ctx context.Context) {
+	since := func(ns int64) time.Duration {
+		if ns == 0 {
+			return 0
+		}
+		return time.Unix(0, ns).Sub(p.queued)
+	}
+	f := log.Fields{"image": p.image, "wait": p.started.Sub(p.queued), "total": time.Since(p.queued),
+		"first_byte": since(p.firstByte.Load()), "last_byte": since(p.lastByte.Load())}
+	if !p.fetched.IsZero() {
+		f["fetched"] = p.fetched.Sub(p.queued)
+	}
+	log.G(ctx).WithFields(f).Info("image pull timeline")
 }
 
 func (t *tracker) add(key, image string, pod *runtime.PodSandboxMetadata) *pull {
@@ -62,6 +98,12 @@ func (t *tracker) start(p *pull) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p.started = time.Now()
+}
+
+func (t *tracker) fetched(p *pull) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p.fetched = time.Now()
 }
 
 // observe keeps the latest progress of each descriptor of a pull. Called
@@ -89,6 +131,9 @@ func (t *tracker) list(callers func(key string) int) []PullStatus {
 		s := PullStatus{Image: p.image, Pod: p.pod, State: StateWaiting, Waited: now.Sub(p.queued), Callers: callers(p.key)}
 		if !p.started.IsZero() {
 			s.State, s.Waited = StatePulling, p.started.Sub(p.queued)
+		}
+		if !p.fetched.IsZero() {
+			s.State = StateUnpacking
 		}
 		for _, ev := range p.progress {
 			s.BytesDone += ev.Progress

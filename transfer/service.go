@@ -186,6 +186,11 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	}
 	defer release()
 	s.pulls.start(p)
+	defer func() {
+		if err == nil {
+			p.logTimeline(ctx)
+		}
+	}()
 
 	tap := func(ev transfer.Progress) {
 		s.pulls.observe(p, ev)
@@ -194,12 +199,28 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	}
 	if rec != nil {
 		rec.OnBlobBytes(s.downloadTap(key, p, progress))
+		if onePlatform(dst) {
+			// The slot bounds pulls talking to registries. Once every blob
+			// is in, only unpacking is left, which max_concurrent_unpacks
+			// bounds: the next pull may start downloading meanwhile.
+			rec.OnFetched(s.local.present(ctx), func() {
+				s.pulls.fetched(p)
+				release()
+			})
+		}
 	}
 	if err := s.next.Transfer(ctx, src, dst, transfer.WithProgress(tap)); err != nil {
 		return explain(err, rec)
 	}
 	s.recordSource(ctx, dst, rec, prev)
 	return nil
+}
+
+// onePlatform reports whether dst unpacks one platform: only then is a
+// pull's set of blobs known once its image manifest is.
+func onePlatform(dst transfer.ImageStorer) bool {
+	u, ok := dst.(transfer.ImageUnpacker)
+	return ok && len(u.UnpackPlatforms()) == 1
 }
 
 // downloadTap turns bytes read from the registry into "downloading" events
@@ -213,6 +234,7 @@ func (s *Service) downloadTap(key string, p *pull, progress func(transfer.Progre
 		sent = map[string]time.Time{}
 	)
 	return func(dgst string, n int64) {
+		p.bytesRead()
 		e, ok := s.hub.Downloaded(key, dgst, n)
 		if !ok {
 			return

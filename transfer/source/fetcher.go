@@ -22,6 +22,7 @@ import (
 	"github.com/containerd/containerd/v2/core/transfer"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/pullwise/pullwise/transfer/health"
@@ -196,6 +197,11 @@ func (f *Fetcher) Close() error {
 
 // OnBlobBytes reports blob bytes as they are read; see Recorder.
 func (f *Fetcher) OnBlobBytes(fn func(dgst string, n int64)) { f.rec.OnBlobBytes(fn) }
+
+// OnFetched reports when the pull has every blob; see Recorder.OnFetched.
+func (f *Fetcher) OnFetched(present func(digest.Digest) bool, done func()) {
+	f.rec.OnFetched(present, done)
+}
 
 // Result says where the pull came from, for the reference it asked for.
 func (f *Fetcher) Result() Result {

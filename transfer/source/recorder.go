@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/opencontainers/go-digest"
 )
 
 // Recorder notes which registry host answered each manifest and blob
@@ -23,6 +25,8 @@ type Recorder struct {
 	// attempts are what each host answered, per manifest or blob, in the
 	// order containerd asked: what explains a failed pull.
 	attempts []attempt
+	// fetched, when set, learns when the pull has nothing left to fetch.
+	fetched *fetchWatch
 }
 
 // OnBlobBytes calls fn with the blob digest and byte count of every chunk
@@ -147,6 +151,7 @@ func (r *Recorder) blob(host, dgst string) func(int64) {
 		r.blobs[host] = s
 	}
 	s.Blobs++
+	fw := r.fetched
 	return func(n int64) {
 		r.mu.Lock()
 		s.Bytes += n
@@ -155,6 +160,7 @@ func (r *Recorder) blob(host, dgst string) func(int64) {
 		if onBlob != nil {
 			onBlob(dgst, n)
 		}
+		fw.blobBytes(digest.Digest(dgst), n)
 	}
 }
 

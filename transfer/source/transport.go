@@ -97,6 +97,11 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch kind {
 	case "manifests":
 		t.rec.manifest(req.URL.Host, repo, ref)
+		if fw := t.rec.fetchWatch(); fw != nil && req.Method == http.MethodGet {
+			tee := &manifestTee{}
+			body.tee = tee.add
+			body.eof = func() { fw.manifestBody(tee.buf.Bytes()) }
+		}
 	case "blobs":
 		if req.Method == http.MethodGet {
 			// Bytes are counted as the body is read, since a fetch may stop
@@ -190,8 +195,10 @@ type watchedBody struct {
 	ctx     context.Context // the request's own, cancelled on a stall
 	parent  context.Context // the caller's
 	timeout time.Duration
-	add     func(int64) // blob byte counter, or nil
-	failed  func(error) // reports a body failure
+	add     func(int64)  // blob byte counter, or nil
+	tee     func([]byte) // sees every byte read, or nil
+	eof     func()       // called at the end of a complete body, or nil
+	failed  func(error)  // reports a body failure
 	once    sync.Once
 	timer   *time.Timer
 }
@@ -207,6 +214,13 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	if n > 0 && b.add != nil {
 		b.add(int64(n))
 	}
+	if n > 0 && b.tee != nil {
+		b.tee(p[:n])
+	}
+	if err == io.EOF && b.eof != nil {
+		b.eof()
+		b.eof = nil
+	}
 	if err == nil || err == io.EOF || b.failed == nil || b.parent.Err() != nil {
 		return n, err
 	}
@@ -221,6 +235,12 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 func (b *watchedBody) Close() error {
 	if b.timer != nil {
 		b.timer.Stop()
+	}
+	if b.eof != nil {
+		// A reader that stops at the expected size never sees EOF; a
+		// body cut short does not parse.
+		b.eof()
+		b.eof = nil
 	}
 	err := b.ReadCloser.Close()
 	b.cancel(nil)

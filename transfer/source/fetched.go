@@ -1,0 +1,126 @@
+package source
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// maxManifest bounds the manifest bytes kept to learn a pull's blobs;
+// containerd itself refuses manifests over 4 MiB.
+const maxManifest = 4 << 20
+
+// fetchWatch learns, from the manifests and blobs a pull fetches through
+// the recorder, when every blob of its image has been downloaded: the pull
+// then needs the registry no more, only unpacking is left. It reports
+// that once, and only when it is sure: a blob it cannot account for (one
+// another pull is downloading, a manifest it never saw) keeps it quiet.
+type fetchWatch struct {
+	mu       sync.Mutex
+	present  func(digest.Digest) bool // committed in the content store
+	done     func()                   // called once; nil after
+	expected map[digest.Digest]int64  // config and layers of image manifests seen
+	got      map[digest.Digest]int64  // blob bytes read, across range requests
+	manifest bool                     // an image manifest was seen
+}
+
+// OnFetched calls done once every blob of the pull's image manifest has
+// been read from a registry or is already in the content store (present).
+// done runs on a fetching goroutine and must not block. A pull of several
+// platforms' images must not use it: it cannot tell when the last
+// platform's manifest has come.
+func (r *Recorder) OnFetched(present func(digest.Digest) bool, done func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fetched = &fetchWatch{present: present, done: done, expected: map[digest.Digest]int64{}, got: map[digest.Digest]int64{}}
+}
+
+func (r *Recorder) fetchWatch() *fetchWatch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fetched
+}
+
+// manifestBody is the body of a manifest answer; what it lists is added to
+// the blobs the pull must fetch. An index lists manifests, not blobs: the
+// platform's image manifest follows it.
+func (w *fetchWatch) manifestBody(b []byte) {
+	var m struct {
+		Config *ocispec.Descriptor  `json:"config"`
+		Layers []ocispec.Descriptor `json:"layers"`
+	}
+	if w == nil || json.Unmarshal(b, &m) != nil || m.Config == nil {
+		return
+	}
+	w.mu.Lock()
+	w.manifest = true
+	for _, d := range append([]ocispec.Descriptor{*m.Config}, m.Layers...) {
+		w.expected[d.Digest] = d.Size
+	}
+	w.mu.Unlock()
+	w.check()
+}
+
+// blobBytes counts n bytes of blob d read.
+func (w *fetchWatch) blobBytes(d digest.Digest, n int64) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.got[d] += n
+	complete := w.manifest && w.got[d] >= w.expected[d] && w.expected[d] > 0
+	w.mu.Unlock()
+	if complete {
+		w.check()
+	}
+}
+
+// check calls done when nothing is left to fetch.
+func (w *fetchWatch) check() {
+	w.mu.Lock()
+	if w.done == nil || !w.manifest {
+		w.mu.Unlock()
+		return
+	}
+	var missing []digest.Digest
+	for d, size := range w.expected {
+		if w.got[d] < size {
+			missing = append(missing, d)
+		}
+	}
+	w.mu.Unlock()
+	// Asked outside the lock: the content store reads its database.
+	for _, d := range missing {
+		if !w.present(d) {
+			return
+		}
+	}
+	w.mu.Lock()
+	done := w.done
+	w.done = nil
+	w.mu.Unlock()
+	if done != nil {
+		done()
+	}
+}
+
+// manifestTee keeps the first maxManifest bytes of a manifest body.
+type manifestTee struct {
+	buf  bytes.Buffer
+	full bool
+}
+
+func (t *manifestTee) add(p []byte) {
+	if t.full {
+		return
+	}
+	if t.buf.Len()+len(p) > maxManifest {
+		t.full = true
+		t.buf.Reset()
+		return
+	}
+	t.buf.Write(p)
+}

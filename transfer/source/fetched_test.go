@@ -1,0 +1,63 @@
+package source
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+func TestFetchWatch(t *testing.T) {
+	config := ocispec.Descriptor{Digest: digest.FromString("config"), Size: 10}
+	l1 := ocispec.Descriptor{Digest: digest.FromString("l1"), Size: 100}
+	l2 := ocispec.Descriptor{Digest: digest.FromString("l2"), Size: 50}
+	manifest, _ := json.Marshal(ocispec.Manifest{Config: config, Layers: []ocispec.Descriptor{l1, l2}})
+	index, _ := json.Marshal(ocispec.Index{Manifests: []ocispec.Descriptor{{Digest: digest.FromString("m")}}})
+
+	type step struct {
+		manifest []byte
+		blob     ocispec.Descriptor
+		n        int64
+	}
+	for _, tc := range []struct {
+		name    string
+		present []digest.Digest
+		steps   []step
+		done    bool
+	}{
+		{"every blob read", nil, []step{{manifest: index}, {manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 100}, {blob: l2, n: 50}}, true},
+		{"resumed with a range", nil, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 60}, {blob: l1, n: 40}, {blob: l2, n: 50}}, true},
+		{"a layer already present", []digest.Digest{l2.Digest}, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 100}}, true},
+		{"everything present", []digest.Digest{config.Digest, l1.Digest, l2.Digest}, []step{{manifest: manifest}}, true},
+		{"a layer short", nil, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 99}, {blob: l2, n: 50}}, false},
+		{"only the index seen", nil, []step{{manifest: index}, {blob: config, n: 10}}, false},
+		{"blobs before the manifest", nil, []step{{blob: config, n: 10}, {blob: l1, n: 100}, {blob: l2, n: 50}}, false},
+		{"a manifest cut short", nil, []step{{manifest: manifest[:len(manifest)/2]}, {blob: config, n: 10}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			rec := &Recorder{}
+			rec.OnFetched(func(d digest.Digest) bool {
+				for _, p := range tc.present {
+					if p == d {
+						return true
+					}
+				}
+				return false
+			}, func() { calls++ })
+			for _, s := range tc.steps {
+				if s.manifest != nil {
+					rec.fetchWatch().manifestBody(s.manifest)
+					continue
+				}
+				rec.blob("mirror", s.blob.Digest.String())(s.n)
+			}
+			// A late byte after completion does not report twice.
+			rec.blob("mirror", config.Digest.String())(1)
+			if want := map[bool]int{true: 1, false: 0}[tc.done]; calls != want {
+				t.Fatalf("done called %d times, want %d", calls, want)
+			}
+		})
+	}
+}
