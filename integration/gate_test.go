@@ -379,3 +379,37 @@ func TestGateSharedWithCtrAndSandboxBypass(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGateSlotFreedOnceBlobsAreIn: a pull gives its slot back when every
+// blob is in, so with a limit of 1 the next pull downloads while the first
+// one still unpacks. ListPulls shows both at once: one unpacking, one
+// pulling.
+func TestGateSlotFreedOnceBlobsAreIn(t *testing.T) {
+	e := newEnv(t, envOptions{extraConfig: gateConfig(1, "0s")})
+	// Large, compressible layers: unpacking them takes long enough to see.
+	first := e.push("release/first", "v1", registry.Image{Layers: []int64{32 << 20, 32 << 20, 32 << 20}, Seed: 610, Compressible: true})
+	next := e.push("release/next", "v1", registry.Image{Layers: []int64{8 << 10}, Seed: 611})
+	release := holdBlobs(t, e.upstream, func(repo string) bool { return repo == "release/next" })
+
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	go func() { _, err := e.images.PullImage(ctx, criImage(first.Ref), nil, nil); errs <- err }()
+	eventually(t, 10*time.Second, "the first pull holding the slot", func() bool { return e.pullsIn("pulling") == 1 })
+	go func() { _, err := e.images.PullImage(ctx, criImage(next.Ref), nil, nil); errs <- err }()
+
+	eventually(t, 30*time.Second, "one pull unpacking while the next one pulls", func() bool {
+		return e.pullsIn("unpacking") == 1 && e.pullsIn("pulling") == 1
+	})
+	if got := e.metric("pullwise_pulls_in_flight"); got != 1 {
+		t.Fatalf("pullwise_pulls_in_flight = %v with one pull fetching and one unpacking, want 1", got)
+	}
+	release()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pulls := e.listPulls(); len(pulls) != 0 {
+		t.Fatalf("pulls left: %v", pulls)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/gate"
 	"github.com/pullwise/pullwise/transfer/health"
 	"github.com/pullwise/pullwise/transfer/hub"
+	"github.com/pullwise/pullwise/transfer/lane"
 	"github.com/pullwise/pullwise/transfer/source"
 )
 
@@ -56,6 +57,10 @@ type Config struct {
 	// Health is the node's memory of failing registry hosts, shared by
 	// every pull; nil remembers nothing.
 	Health *health.Table
+	// Downloads bounds blob downloads node-wide (max_concurrent_downloads)
+	// and serves the oldest pull first; nil leaves containerd's FIFO
+	// limiter in charge.
+	Downloads *lane.Lane
 }
 
 type config struct {
@@ -154,7 +159,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	prev := s.previousLabels(ctx, dst, digestOf(ref))
 	var rec *source.Fetcher
 	cfg := s.config.Load()
-	if f, ok, ferr := source.New(ctx, src, cfg.Health, cfg.HostDirs...); ferr != nil {
+	if f, ok, ferr := source.New(ctx, src, source.Hosts{Dirs: cfg.HostDirs, Health: cfg.Health, Downloads: cfg.Downloads}); ferr != nil {
 		log.G(ctx).WithError(ferr).WithField("ref", ref).Warn("pull source will not be recorded")
 	} else if ok {
 		defer f.Close()
@@ -209,7 +214,8 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 			})
 		}
 	}
-	if err := s.next.Transfer(ctx, src, dst, transfer.WithProgress(tap)); err != nil {
+	// Unpacking serves the oldest pull first (transfer/lane).
+	if err := s.next.Transfer(lane.WithTicket(ctx, p.queued), src, dst, transfer.WithProgress(tap)); err != nil {
 		return explain(err, rec)
 	}
 	s.recordSource(ctx, dst, rec, prev)

@@ -8,6 +8,7 @@ package transfer
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
@@ -20,6 +21,7 @@ import (
 	"github.com/containerd/containerd/v2/plugins"
 
 	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/lane"
 
 	// Type registrations for transfer sources and destinations; without
 	// them ctr's pull, import and export requests cannot be decoded.
@@ -59,12 +61,18 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			// Layers are applied through Pullwise's lane, oldest pull first,
+			// instead of containerd's unpack limiter, which it leaves off.
+			unpacks := lane.New(unpackLimit(c.MaxConcurrentUnpacks))
+			for i := range ups {
+				ups[i].Applier = lane.Applier{Applier: ups[i].Applier, Lane: unpacks}
+			}
 			next := local.NewTransferService(db.ContentStore(), metadata.NewImageStore(db), local.TransferConfig{
 				Leases:                      l.(leases.Manager),
 				MaxConcurrentDownloads:      c.MaxConcurrentDownloads,
 				ConcurrentLayerFetchBuffer:  c.ConcurrentLayerFetchBuffer,
 				MaxConcurrentUploadedLayers: c.MaxConcurrentUploadedLayers,
-				MaxConcurrentUnpacks:        c.MaxConcurrentUnpacks,
+				MaxConcurrentUnpacks:        1, // no limiter of its own: the lane is it
 				DuplicationSuppressor:       transfer.NewKeyedLock(),
 				UnpackPlatforms:             ups,
 				Verifiers:                   verifiers,
@@ -78,12 +86,25 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads)}
 			if c.RegistryConfigPath != "" {
-				ts.Configure(transfer.Config{HostDirs: []string{c.RegistryConfigPath}})
+				tc.HostDirs = []string{c.RegistryConfigPath}
 			}
+			ts.Configure(tc)
 			return ts, nil
 		},
 	})
+}
+
+// unpackLimit is how many layers the node applies at once. Upstream reads
+// max_concurrent_unpacks of 1 (its default) or less as no limit; Pullwise
+// keeps the value when it is above 1 and otherwise uses one per CPU, which
+// keeps the CPUs busy while letting images finish one after another.
+func unpackLimit(configured int) int {
+	if configured > 1 {
+		return configured
+	}
+	return runtime.NumCPU()
 }
 
 func imageVerifiers(ic *plugin.InitContext) (map[string]imageverifier.ImageVerifier, error) {

@@ -26,6 +26,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/pullwise/pullwise/transfer/health"
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // describer is a pull source that can describe itself and name its image,
@@ -40,21 +41,22 @@ type describer interface {
 // the faces the local transfer service looks for: the download limiter
 // arrives through SetResolverOptions.
 type Fetcher struct {
-	ref      string
-	orig     describer
-	resolver remotes.Resolver
-	rec      *Recorder
-	creds    *Pipe // nil without credentials
+	ref       string
+	orig      describer
+	resolver  remotes.Resolver
+	rec       *Recorder
+	creds     *Pipe      // nil without credentials
+	downloads *lane.Lane // nil: containerd's download limiter applies
 }
 
-// New rebuilds src as a recording Fetcher. hostDirs is where hosts.toml
-// trees are looked up when the source names none (ctr's --hosts-dir can get
-// lost on the way to the daemon); each entry may itself be a list separated
-// by ":", as CRI's config_path is. table is the node's memory of failing
-// hosts, shared by every pull. ok is false when src is not a registry
+// New rebuilds src as a recording Fetcher. nodeHosts is the node's way to
+// registries: Dirs is where hosts.toml trees are looked up when the source
+// names none (ctr's --hosts-dir can get lost on the way to the daemon), each
+// entry possibly a list separated by ":", as CRI's config_path is; Health
+// and Downloads are shared by every pull. ok is false when src is not a registry
 // source that can be rebuilt; use src as it is then. ctx must last as long
 // as the pull: the source serves its credentials until it ends or Close.
-func New(ctx context.Context, src transfer.ImageFetcher, table *health.Table, hostDirs ...string) (f *Fetcher, ok bool, err error) {
+func New(ctx context.Context, src transfer.ImageFetcher, nodeHosts Hosts) (f *Fetcher, ok bool, err error) {
 	d, isDescriber := src.(describer)
 	if !isDescriber {
 		return nil, false, nil
@@ -72,11 +74,13 @@ func New(ctx context.Context, src transfer.ImageFetcher, table *health.Table, ho
 	f = &Fetcher{ref: desc.Reference, orig: d, rec: &Recorder{}, creds: streams.Stream()}
 	res := desc.GetResolver()
 
-	dirs := hostDirs
+	dirs := nodeHosts.Dirs
 	if res.GetHostDir() != "" {
 		dirs = []string{res.GetHostDir()}
 	}
-	hosts := Hosts{Dirs: dirs, DefaultScheme: res.GetDefaultScheme(), Headers: http.Header{}, Health: table}
+	f.downloads = nodeHosts.Downloads
+	hosts := Hosts{Dirs: dirs, DefaultScheme: res.GetDefaultScheme(), Headers: http.Header{},
+		Health: nodeHosts.Health, Downloads: nodeHosts.Downloads}
 	if f.creds != nil {
 		hosts.Credentials = credentialAsker(f.creds, desc.Reference)
 	}
@@ -97,6 +101,9 @@ type Hosts struct {
 	// Health is the node's memory of failing hosts, with the timeouts that
 	// bound a stalled one; nil remembers and bounds nothing.
 	Health *health.Table
+	// Downloads, when set, bounds blob downloads node-wide, oldest pull
+	// first (see transfer/lane).
+	Downloads *lane.Lane
 }
 
 // NewResolver returns containerd's registry resolver for hosts, with every
@@ -119,7 +126,7 @@ func NewResolver(ctx context.Context, h Hosts, rec *Recorder) remotes.Resolver {
 				if i == len(hs)-1 {
 					ep.role = roleUpstream
 				}
-				hs[i].Client = rec.wrap(hs[i].Client, h.Health, ep)
+				hs[i].Client = rec.wrap(hs[i].Client, h, ep)
 			}
 			return hs, err
 		},
@@ -239,10 +246,25 @@ func (f *Fetcher) Fetcher(ctx context.Context, ref string) (transfer.Fetcher, er
 }
 
 // SetResolverOptions implements transfer.ImageResolverOptionSetter.
+// With a download lane, containerd's own download limiter is left out: the
+// lane takes its place, with the same limit, oldest pull first.
 func (f *Fetcher) SetResolverOptions(opts ...transfer.ImageResolverOption) {
-	if r, ok := f.resolver.(remotes.ResolverWithOptions); ok {
-		r.SetOptions(opts...)
+	r, ok := f.resolver.(remotes.ResolverWithOptions)
+	if !ok {
+		return
 	}
+	if f.downloads == nil {
+		r.SetOptions(opts...)
+		return
+	}
+	var o transfer.ImageResolverOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	r.SetOptions(
+		transfer.WithMaxConcurrentDownloads(o.Performances.MaxConcurrentDownloads),
+		transfer.WithConcurrentLayerFetchBuffer(o.Performances.ConcurrentLayerFetchBuffer),
+	)
 }
 
 // MarshalAny describes the original source.

@@ -51,7 +51,7 @@ func TestRecorderResult(t *testing.T) {
 	defer upstream.Close()
 
 	rec := &Recorder{}
-	c := rec.wrap(&http.Client{}, nil, endpoint{})
+	c := rec.wrap(&http.Client{}, Hosts{}, endpoint{})
 	get := func(method, url string) {
 		req, _ := http.NewRequest(method, url, nil)
 		resp, err := c.Do(req)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pullwise/pullwise/transfer/health"
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // endpoint is one registry host of a pull, as hosts.toml lists it.
@@ -36,10 +37,11 @@ const (
 // bounds the wait for headers and for body bytes, reports every outcome to
 // the table and records what the host answered for the pull.
 type hostTransport struct {
-	next  http.RoundTripper
-	rec   *Recorder
-	table *health.Table // nil: no memory, no timeouts
-	ep    endpoint
+	next      http.RoundTripper
+	rec       *Recorder
+	table     *health.Table // nil: no memory, no timeouts
+	downloads *lane.Lane    // nil: containerd's download limiter applies
+	ep        endpoint
 }
 
 // Errors a stalled host ends a request with. They are not net.Error
@@ -60,11 +62,22 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 
+	var freeDownload func()
+	if kind == "blobs" && req.Method == http.MethodGet && t.downloads != nil {
+		// A download place is held from the request to the body's end,
+		// as containerd's own limiter would be.
+		if freeDownload, err = t.downloads.Acquire(req.Context()); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancelCause(req.Context())
 	stopWait := watch(cancel, cfg.ResponseTimeout, fmt.Errorf("%w within %s", errNoResponse, cfg.ResponseTimeout))
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
 	stopWait()
 	if err != nil {
+		if freeDownload != nil {
+			freeDownload()
+		}
 		err = causeOf(ctx, err)
 		cancel(nil)
 		o := classifyErr(req.Context(), err)
@@ -77,10 +90,10 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.rec.attempt(kind, ref, t.ep, o, resp.StatusCode, resp.Status)
 	if resp.StatusCode >= 400 {
 		t.rec.noteRetryAfter(resp.Header.Get("Retry-After"))
-		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel}
+		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, free: freeDownload}
 		return resp, nil
 	}
-	body := &watchedBody{ReadCloser: resp.Body, cancel: cancel, ctx: ctx, parent: req.Context(), timeout: cfg.ReadTimeout}
+	body := &watchedBody{ReadCloser: resp.Body, cancel: cancel, ctx: ctx, parent: req.Context(), timeout: cfg.ReadTimeout, free: freeDownload}
 	if cfg.ReadTimeout > 0 {
 		// Made here, stopped, rather than in the first Read: Close may run
 		// concurrently with a Read to abort it.
@@ -114,7 +127,7 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // wrap returns c with its transport going through hostTransport.
-func (r *Recorder) wrap(c *http.Client, table *health.Table, ep endpoint) *http.Client {
+func (r *Recorder) wrap(c *http.Client, h Hosts, ep endpoint) *http.Client {
 	if c == nil {
 		c = &http.Client{}
 	}
@@ -123,7 +136,7 @@ func (r *Recorder) wrap(c *http.Client, table *health.Table, ep endpoint) *http.
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	wrapped.Transport = &hostTransport{next: next, rec: r, table: table, ep: ep}
+	wrapped.Transport = &hostTransport{next: next, rec: r, table: h.Health, downloads: h.Downloads, ep: ep}
 	return &wrapped
 }
 
@@ -197,6 +210,7 @@ type watchedBody struct {
 	timeout time.Duration
 	add     func(int64)  // blob byte counter, or nil
 	tee     func([]byte) // sees every byte read, or nil
+	free    func()       // gives back the download place, or nil
 	eof     func()       // called at the end of a complete body, or nil
 	failed  func(error)  // reports a body failure
 	once    sync.Once
@@ -244,5 +258,9 @@ func (b *watchedBody) Close() error {
 	}
 	err := b.ReadCloser.Close()
 	b.cancel(nil)
+	if b.free != nil {
+		b.free()
+		b.free = nil
+	}
 	return err
 }

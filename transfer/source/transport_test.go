@@ -21,6 +21,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/pullwise/pullwise/transfer/health"
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // blobHost is a registry host that serves one blob, with Range support, and
@@ -211,7 +212,7 @@ func TestSlowReaderIsNotAStall(t *testing.T) {
 	upstream := newBlobHost(t, blob)
 	table := testTable(health.Config{ReadTimeout: 50 * time.Millisecond})
 	rec := &Recorder{}
-	c := rec.wrap(&http.Client{}, table, endpoint{key: health.Key{Scheme: "http", Host: upstream.host(), Path: "/v2"}, role: roleUpstream})
+	c := rec.wrap(&http.Client{}, Hosts{Health: table}, endpoint{key: health.Key{Scheme: "http", Host: upstream.host(), Path: "/v2"}, role: roleUpstream})
 	resp, err := c.Get(upstream.URL + "/v2/team/app/blobs/sha256:z")
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +320,7 @@ func TestFailureIsNilWhenARegistryServed(t *testing.T) {
 
 func TestErrorsCarryNoCredentials(t *testing.T) {
 	rec := &Recorder{}
-	c := rec.wrap(&http.Client{}, nil, endpoint{key: health.Key{Scheme: "http", Host: "127.0.0.1:1", Path: "/v2"}, role: roleUpstream})
+	c := rec.wrap(&http.Client{}, Hosts{}, endpoint{key: health.Key{Scheme: "http", Host: "127.0.0.1:1", Path: "/v2"}, role: roleUpstream})
 	_, err := c.Get("http://user:s3cret@127.0.0.1:1/v2/team/app/manifests/v1?token=s3cret")
 	if err == nil {
 		t.Fatal("request to a closed port succeeded")
@@ -327,5 +328,56 @@ func TestErrorsCarryNoCredentials(t *testing.T) {
 	f := rec.Failure("127.0.0.1:1/team/app:v1")
 	if f == nil || strings.Contains(f.Error(), "s3cret") {
 		t.Fatalf("failure %v", f)
+	}
+}
+
+// TestDownloadPlaceHeldUntilBodyCloses: with a download lane, a blob GET
+// holds a place from the request to the end of its body; answers that fail
+// give it back too.
+func TestDownloadPlaceHeldUntilBodyCloses(t *testing.T) {
+	blob := []byte("layer bytes")
+	h := newBlobHost(t, blob)
+	downloads := lane.New(1)
+	rec := &Recorder{}
+	c := rec.wrap(&http.Client{}, Hosts{Downloads: downloads}, endpoint{key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, role: roleUpstream})
+	url := h.URL + "/v2/team/app/blobs/" + digest.FromBytes(blob).String()
+
+	first, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+		}
+		second <- err
+	}()
+	for downloads.Waiting() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-second:
+		t.Fatalf("second download ran while the first held the only place: %v", err)
+	default:
+	}
+	io.Copy(io.Discard, first.Body)
+	first.Body.Close()
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+
+	// A failed answer gives its place back when its body is closed.
+	h.serve = func(w http.ResponseWriter, r *http.Request) bool {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return true
+	}
+	for range 3 {
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
 	}
 }

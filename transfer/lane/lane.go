@@ -1,0 +1,144 @@
+// Package lane orders work that many pulls of a node share, such as blob
+// downloads and layer unpacking: at most a few at once, oldest pull first.
+//
+// containerd's limiters are FIFO queues of single layers. A burst of pulls
+// therefore shares the link, the CPUs and the disk evenly, and every image
+// is done at about the same time, late. Serving the oldest pull first
+// finishes images one after another while younger pulls use what is left:
+// the first pods start early and nothing idles that a later pull could
+// use. No pull waits behind one that was asked for after it.
+//
+// A priority queue is written here because no semaphore in the standard
+// library or golang.org/x/sync orders its waiters by anything but arrival.
+package lane
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+)
+
+// Lane hands out places, oldest pull first.
+type Lane struct {
+	limit int // 0: unlimited
+
+	mu      sync.Mutex
+	running int
+	waiting queue
+	seq     uint64 // breaks ties between equal tickets, first come first
+}
+
+// New returns a lane with limit places; 0 is unlimited.
+func New(limit int) *Lane {
+	return &Lane{limit: max(limit, 0)}
+}
+
+// Limit is the number of places; 0 is unlimited.
+func (l *Lane) Limit() int { return l.limit }
+
+type ticketKey struct{}
+
+// WithTicket marks ctx's work with its pull's place in line: the time the
+// pull was asked for. Work without a ticket lines up at the time it asks.
+func WithTicket(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, ticketKey{}, t)
+}
+
+func ticketFrom(ctx context.Context) time.Time {
+	if t, ok := ctx.Value(ticketKey{}).(time.Time); ok {
+		return t
+	}
+	return time.Now()
+}
+
+type waiter struct {
+	ticket time.Time
+	seq    uint64
+	ready  chan struct{}
+	index  int // in the heap; -1 once granted
+}
+
+// Acquire waits for a place, in ticket order (oldest first), and returns
+// the func that gives it back, which must be called exactly once. A caller
+// whose context ends while waiting leaves the line and gets ctx.Err().
+func (l *Lane) Acquire(ctx context.Context) (release func(), err error) {
+	l.mu.Lock()
+	if l.limit == 0 || (l.running < l.limit && l.waiting.Len() == 0) {
+		l.running++
+		l.mu.Unlock()
+		return l.release, nil
+	}
+	l.seq++
+	w := &waiter{ticket: ticketFrom(ctx), seq: l.seq, ready: make(chan struct{})}
+	heap.Push(&l.waiting, w)
+	l.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return l.release, nil
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-w.ready:
+		// Granted while giving up: pass the place on rather than leak it.
+		l.handOff()
+	default:
+		heap.Remove(&l.waiting, w.index)
+	}
+	return nil, ctx.Err()
+}
+
+func (l *Lane) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.handOff()
+}
+
+// handOff gives a freed place to the oldest waiter, or back to the pool.
+// l.mu must be held.
+func (l *Lane) handOff() {
+	if l.waiting.Len() > 0 {
+		w := heap.Pop(&l.waiting).(*waiter)
+		close(w.ready)
+		return
+	}
+	l.running--
+}
+
+// Waiting is how many are in line, for tests and metrics.
+func (l *Lane) Waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waiting.Len()
+}
+
+// queue is a heap of waiters, oldest ticket first.
+type queue []*waiter
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if !q[i].ticket.Equal(q[j].ticket) {
+		return q[i].ticket.Before(q[j].ticket)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *queue) Push(x any) {
+	w := x.(*waiter)
+	w.index = len(*q)
+	*q = append(*q, w)
+}
+func (q *queue) Pop() any {
+	old := *q
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	w.index = -1
+	return w
+}
