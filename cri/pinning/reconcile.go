@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	eventstypes "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/v2/core/events"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/containerd/typeurl/v2"
+	"github.com/opencontainers/go-digest"
 )
 
 // imageEvents selects what can change which records config pins: a record
@@ -32,6 +37,14 @@ var labelPaths = []string{"labels." + PinnedLabel, "labels." + MarkerLabel}
 type Reconciler struct {
 	store images.Store
 	pins  *Pins
+
+	// What the last full pass found pinned: an image event that touches
+	// none of it, nor a name config pins, changes no pin, so it needs no
+	// pass. Without this a burst of N pulls or imports would list the
+	// whole store N times.
+	mu            sync.Mutex
+	pinnedNames   map[string]bool // pinned by config or carrying the marker
+	pinnedTargets map[digest.Digest]bool
 }
 
 // NewReconciler returns a Reconciler writing to store. For the CRI plugin to
@@ -66,6 +79,7 @@ func (r *Reconciler) Reconcile(ctx context.Context) (Changes, error) {
 		return Changes{}, fmt.Errorf("list images in namespace %s: %w", Namespace, err)
 	}
 	plan := r.pins.plan(records)
+	r.remember(records, plan)
 
 	var (
 		changes Changes
@@ -100,6 +114,66 @@ func (r *Reconciler) Reconcile(ctx context.Context) (Changes, error) {
 		}
 	}
 	return changes, errors.Join(errs...)
+}
+
+// remember keeps what a pass found pinned, for concerns.
+func (r *Reconciler) remember(records []images.Image, plan map[string][]string) {
+	names, targets := map[string]bool{}, map[digest.Digest]bool{}
+	for _, rec := range records {
+		if _, pin := plan[rec.Name]; pin {
+			names[rec.Name], targets[rec.Target.Digest] = true, true
+		} else if isMarked(rec) {
+			names[rec.Name] = true
+		}
+	}
+	r.mu.Lock()
+	r.pinnedNames, r.pinnedTargets = names, targets
+	r.mu.Unlock()
+}
+
+// concerns reports whether an event about the record name can change a
+// pin: the record was pinned or marked at the last pass, config names it,
+// or it now points at a pinned target or carries the marker. One lookup by
+// name, not a listing.
+func (r *Reconciler) concerns(ctx context.Context, name string) bool {
+	r.mu.Lock()
+	known := r.pinnedNames[name]
+	r.mu.Unlock()
+	if known || len(r.pins.byName[normalize(name)]) > 0 {
+		return true
+	}
+	rec, err := r.store.Get(namespaces.WithNamespace(ctx, Namespace), name)
+	if errdefs.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		return true // cannot tell: a pass is always right
+	}
+	r.mu.Lock()
+	pinnedTarget := r.pinnedTargets[rec.Target.Digest]
+	r.mu.Unlock()
+	return pinnedTarget || len(r.pins.byDigest[rec.Target.Digest]) > 0 || isMarked(rec)
+}
+
+// eventImage is the record name an image event is about, or "" when the
+// event cannot be read.
+func eventImage(env *events.Envelope) string {
+	if env == nil || env.Event == nil {
+		return ""
+	}
+	ev, err := typeurl.UnmarshalAny(env.Event)
+	if err != nil {
+		return ""
+	}
+	switch e := ev.(type) {
+	case *eventstypes.ImageCreate:
+		return e.Name
+	case *eventstypes.ImageUpdate:
+		return e.Name
+	case *eventstypes.ImageDelete:
+		return e.Name
+	}
+	return ""
 }
 
 // Watch reconciles once, then after image events in Namespace, until ctx
@@ -140,23 +214,29 @@ func (r *Reconciler) Watch(ctx context.Context, subscriber events.Subscriber) er
 				err = errors.New("closed by the event exchange")
 			}
 			return fmt.Errorf("image event subscription ended: %w", err)
-		case <-envelopes:
-			drain(envelopes)
-			pass()
+		case env := <-envelopes:
+			batch := append(drain(envelopes), env)
+			if slices.ContainsFunc(batch, func(e *events.Envelope) bool {
+				name := eventImage(e)
+				return name == "" || r.concerns(ctx, name)
+			}) {
+				pass()
+			}
 		case <-retry:
 			pass()
 		}
 	}
 }
 
-// drain discards the envelopes already waiting: the pass that follows sees
-// their effects anyway.
-func drain(envelopes <-chan *events.Envelope) {
+// drain takes the envelopes already waiting: one pass covers them all.
+func drain(envelopes <-chan *events.Envelope) []*events.Envelope {
+	var batch []*events.Envelope
 	for {
 		select {
-		case <-envelopes:
+		case env := <-envelopes:
+			batch = append(batch, env)
 		default:
-			return
+			return batch
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/events"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/opencontainers/go-digest"
 )
 
 const (
@@ -373,5 +374,57 @@ func TestWatchEndsWithItsSubscription(t *testing.T) {
 	err = NewReconciler(newTestStore(t), pins).Watch(context.Background(), closedSubscriber{err: boom})
 	if !errors.Is(err, boom) {
 		t.Fatalf("Watch = %v, want the subscription's error", err)
+	}
+}
+
+// listingStore counts full listings.
+type listingStore struct {
+	*testStore
+	lists atomic.Int32
+}
+
+func (s *listingStore) List(ctx context.Context, filters ...string) ([]images.Image, error) {
+	s.lists.Add(1)
+	return s.testStore.List(ctx, filters...)
+}
+
+// TestEventsThatConcernPins: after a pass, only an event about a record
+// that is or may become pinned needs another; deciding costs a lookup by
+// name, never a listing, so a burst of unrelated pulls stays linear.
+func TestEventsThatConcernPins(t *testing.T) {
+	s := &listingStore{testStore: newTestStore(t)}
+	s.create(t, record{name: pause310, target: pauseManifest})
+	s.create(t, record{name: pauseID, target: pauseManifest})
+	s.create(t, record{name: reg + "/app:v1", target: digest.FromString("app")})
+	s.create(t, record{name: reg + "/old:v1", target: digest.FromString("old"), labels: pinnedByConfig})
+	pins, err := NewPins(map[string]string{"sandbox": pause310, "other": reg + "/absent:v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReconciler(s, pins)
+	if _, err := r.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Created after the pass: an import of the pause image under another name.
+	s.create(t, record{name: reg + "/imported:v1", target: pauseManifest})
+	s.lists.Store(0)
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{reg + "/app:v1", false},     // unrelated
+		{reg + "/gone:v1", false},    // unrelated and deleted
+		{pause310, true},             // named by config
+		{reg + "/absent:v1", true},   // named by config, not there yet
+		{pauseID, true},              // pinned by target at the last pass
+		{reg + "/imported:v1", true}, // new, with a pinned target
+		{reg + "/old:v1", true},      // carries the marker: may need unpinning
+	} {
+		if got := r.concerns(context.Background(), tc.name); got != tc.want {
+			t.Errorf("concerns(%s) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if n := s.lists.Load(); n != 0 {
+		t.Fatalf("deciding listed the store %d times", n)
 	}
 }
