@@ -23,7 +23,7 @@ type testStore struct {
 	events *exchange.Exchange
 }
 
-func newTestStore(t *testing.T) *testStore {
+func newTestStore(t testing.TB) *testStore {
 	t.Helper()
 	dir := t.TempDir()
 	bdb, err := bolt.Open(filepath.Join(dir, "meta.db"), 0o600, nil)
@@ -51,7 +51,7 @@ type record struct {
 	labels map[string]string
 }
 
-func (s *testStore) create(t *testing.T, r record) {
+func (s *testStore) create(t testing.TB, r record) {
 	t.Helper()
 	if _, err := s.Create(nsCtx(r.ns), images.Image{Name: r.name, Target: target(r.target), Labels: maps.Clone(r.labels)}); err != nil {
 		t.Fatalf("create %s: %v", r.name, err)

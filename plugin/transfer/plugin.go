@@ -86,7 +86,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads)}
+			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: unpacks}
 			if c.RegistryConfigPath != "" {
 				tc.HostDirs = []string{c.RegistryConfigPath}
 			}
