@@ -1,0 +1,119 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// WAN models a registry reached over a wide-area link rather than loopback:
+// every request waits Latency before it is served, and all response bodies
+// share one bandwidth budget, the way all pulls of a node share its uplink.
+// A per-response limit (Fault.BytesPerSecond) would instead let 20 parallel
+// pulls go 20 times as fast as one, which is what loopback already does and
+// what a real link never does.
+type WAN struct {
+	// Latency is added before each request is handled (a round trip).
+	Latency time.Duration
+	// BytesPerSecond is the budget shared by all response bodies; <= 0
+	// means unlimited.
+	BytesPerSecond int64
+}
+
+// DefaultWAN is the WAN profile of the benchmarks: 20 ms per request and
+// 64 MiB/s shared.
+var DefaultWAN = WAN{Latency: 20 * time.Millisecond, BytesPerSecond: 64 << 20}
+
+// wanChunk bounds one limited write, and is the limiter's burst: small
+// enough that concurrent responses interleave smoothly, large enough that
+// the limiter is not consulted for every few bytes.
+const wanChunk = 32 << 10
+
+// Handler wraps h with the profile. Each call makes a new budget: wrap a
+// registry once and serve all its clients through the result.
+func (p WAN) Handler(h http.Handler) http.Handler {
+	var lim *rate.Limiter
+	if p.BytesPerSecond > 0 {
+		lim = rate.NewLimiter(rate.Limit(p.BytesPerSecond), wanChunk)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if err := sleep(req.Context(), p.Latency); err != nil {
+			return // the client went away
+		}
+		if lim != nil {
+			w = &sharedRateWriter{ResponseWriter: w, ctx: req.Context(), lim: lim}
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+// sharedRateWriter paces body writes through a limiter shared with other
+// responses. Like the registry's own writer it does not implement
+// io.ReaderFrom, so every byte goes through Write.
+type sharedRateWriter struct {
+	http.ResponseWriter
+	ctx context.Context
+	lim *rate.Limiter
+}
+
+func (w *sharedRateWriter) Write(p []byte) (int, error) {
+	var n int
+	for len(p) > 0 {
+		chunk := p[:min(len(p), wanChunk)]
+		if err := w.lim.WaitN(w.ctx, len(chunk)); err != nil {
+			return n, err
+		}
+		m, err := w.ResponseWriter.Write(chunk)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[len(chunk):]
+	}
+	return n, nil
+}
+
+// Flush passes through, so streamed responses are not held back.
+func (w *sharedRateWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *sharedRateWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// ServeWAN serves r behind the profile p on another loopback port and
+// returns that port's "127.0.0.1:PORT"; r's own address stays unthrottled,
+// so seeding is not slowed down. Requests through either address are
+// recorded by r. Image references for the WAN path replace r.Host() with
+// the returned host; distribution serves pulls whatever the Host header
+// says. The listener stops when the test ends.
+func (r *Registry) ServeWAN(t testing.TB, p WAN) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("registry %s: WAN listener: %v", r.name, err)
+	}
+	srv := &http.Server{Handler: p.Handler(r), ReadHeaderTimeout: 30 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	// Registered after Start's cleanup, so it runs first: the front stops
+	// before the registry behind it.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("registry %s: WAN listener: %v", r.name, err)
+		}
+	})
+	return ln.Addr().String()
+}
