@@ -9,7 +9,7 @@ PROTO_DIR := cri/api/v1alpha1
 # Integration tests talk to a real daemon; give them room but stay well inside CI's budget.
 INTEGRATION_TIMEOUT ?= 15m
 
-.PHONY: all build containerd containerd-stock bench pullctl ctr shim run test unit integration proto proto-check vet clean
+.PHONY: all build containerd containerd-stock bench pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean
 
 all: build
 
@@ -76,6 +76,21 @@ proto-check: proto
 
 clean:
 	rm -rf $(BIN) $(RUN_DIR)
+
+# Kubelet for the end-to-end tests, pinned in its own scratch module
+# (hack/kubelet) so kubernetes' dependencies stay out of Pullwise's go.mod.
+# The version strings are what `kubelet --version` prints; the module zip has
+# no git metadata to derive them from. Rebuilt only when the module changes:
+# it takes minutes cold.
+KUBELET_VERSION := v1.37.2
+KUBELET_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBELET_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
+	-X k8s.io/component-base/version.gitTreeState=clean
+kubelet: $(BIN)/kubelet
+
+$(BIN)/kubelet: hack/kubelet/go.mod hack/kubelet/go.sum
+	cd hack/kubelet && $(GO) build -trimpath -ldflags '$(KUBELET_LDFLAGS)' -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet
+	$(BIN)/kubelet --version | grep -qx 'Kubernetes $(KUBELET_VERSION)'
 
 # Stock containerd from the same pinned module, for side-by-side benchmarks.
 containerd-stock:
