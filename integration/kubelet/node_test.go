@@ -58,13 +58,13 @@ type node struct {
 	// upHost is the address pulls use for upstream: its own, or its WAN
 	// front. The mirror, on the node's side of the link, is never behind
 	// the WAN; its misses cross it to upstream.
-	upHost string
-	hostsDir           string
-	pause              registry.Pushed
-	rt                 criapi.RuntimeServiceClient
-	img                criapi.ImageServiceClient
-	pw                 api.PullwiseClient
-	k                  *Kubelet
+	upHost   string
+	hostsDir string
+	pause    registry.Pushed
+	rt       criapi.RuntimeServiceClient
+	img      criapi.ImageServiceClient
+	pw       api.PullwiseClient
+	k        *Kubelet
 }
 
 func newNode(t testing.TB, opts nodeOptions) *node {
