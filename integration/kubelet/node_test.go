@@ -286,3 +286,15 @@ func repoOf(ref string) string {
 	repo, _, _ := strings.Cut(rest, ":")
 	return repo
 }
+
+// listPulls is Pullwise's ListPulls: pulls in flight or queued.
+func (n *node) listPulls() []*api.Pull {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), podTimeout)
+	defer cancel()
+	resp, err := n.pw.ListPulls(ctx, &api.ListPullsRequest{})
+	if err != nil {
+		n.t.Fatalf("ListPulls: %v", err)
+	}
+	return resp.GetPulls()
+}
