@@ -53,7 +53,9 @@ func TestKubeletTwoLimits(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got := n.mirror.Count(func(r registry.Request) bool { return r.Kind == registry.KindBlob && strings.HasPrefix(r.Repo, "limits/") }); got != 0 {
+	if got := n.mirror.Count(func(r registry.Request) bool {
+		return r.Kind == registry.KindBlob && strings.HasPrefix(r.Repo, "limits/")
+	}); got != 0 {
 		t.Fatalf("blobs served while held: %d", got)
 	}
 	for name, msg := range refused {
