@@ -42,7 +42,7 @@ vet:
 	$(GO) vet ./...
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /integration$$)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e '/integration$$' -e '/integration/kubelet$$')
 
 # Integration needs root (mounts, a real daemon). As root it always runs: it
 # never skips silently. Without root it says so and stops here.
@@ -51,7 +51,21 @@ integration: build
 		echo "integration: skipped, needs root (run 'sudo make integration')"; exit 0; fi
 	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/
 
-test: vet proto-check unit integration
+# Kubelet end to end: the real kubelet (make kubelet) on the real daemon,
+# root only, like integration, and never skipped as root. The image GC test
+# waits for kubelet's fixed 5-minute GC period, so it has its own target.
+KUBELET_TIMEOUT ?= 10m
+kubelet-e2e: build kubelet
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "kubelet-e2e: skipped, needs root (run 'sudo make kubelet-e2e')"; exit 0; fi
+	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -timeout $(KUBELET_TIMEOUT) -v -run Kubelet -skip TestKubeletImageGC ./integration/kubelet/
+
+kubelet-gc: build kubelet
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "kubelet-gc: skipped, needs root (run 'sudo make kubelet-gc')"; exit 0; fi
+	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -timeout $(KUBELET_TIMEOUT) -v -run TestKubeletImageGC ./integration/kubelet/
+
+test: vet proto-check unit integration kubelet-e2e
 
 # Regenerate the committed Go code for the Pullwise API. protoc comes from
 # Debian's protobuf-compiler; the Go plugins are pinned as tools in go.mod.

@@ -36,9 +36,11 @@ type nodeOptions struct {
 	binary string
 	// wan serves the registries' pulls through this profile.
 	wan *registry.WAN
-	// prePull lists images the node has before kubelet starts, pulled
-	// through CRI.
-	prePull []string
+	// prePull lists images ("repo:tag") pushed to upstream and pulled
+	// through CRI before kubelet starts; prePullPause pulls the sandbox
+	// image too.
+	prePull      []string
+	prePullPause bool
 	// noMirror pulls straight from upstream, with no pull-through mirror.
 	noMirror bool
 	// upstream, when set, is reused instead of starting a registry, so
@@ -48,8 +50,8 @@ type nodeOptions struct {
 }
 
 // node is a Pullwise containerd configured with an upstream registry,
-// behind a pull-through mirror unless noMirror (hosts.toml), a sandbox image from that
-// registry, and a standalone kubelet on top.
+// behind a pull-through mirror unless noMirror (hosts.toml), a sandbox
+// image from that registry, and a standalone kubelet on top.
 type node struct {
 	t        testing.TB
 	d        *daemon.Daemon
@@ -65,6 +67,8 @@ type node struct {
 	img      criapi.ImageServiceClient
 	pw       api.PullwiseClient
 	k        *Kubelet
+	// prePulled maps nodeOptions.prePull entries to their references.
+	prePulled map[string]string
 }
 
 func newNode(t testing.TB, opts nodeOptions) *node {
@@ -98,8 +102,15 @@ func newNode(t testing.TB, opts nodeOptions) *node {
 	}
 	t.Cleanup(func() { conn.Close() })
 	n.rt, n.img, n.pw = criapi.NewRuntimeServiceClient(conn), criapi.NewImageServiceClient(conn), api.NewPullwiseClient(conn)
-	for _, ref := range opts.prePull {
-		n.criPull(ref)
+	if opts.prePullPause {
+		n.criPull(n.pause.Ref)
+	}
+	n.prePulled = map[string]string{}
+	for i, name := range opts.prePull {
+		repo, tag, _ := strings.Cut(name, ":")
+		p := n.push(repo, tag, runnableImage(t, int64(1000+i)))
+		n.criPull(p.Ref)
+		n.prePulled[name] = p.Ref
 	}
 	kopts := opts.kubelet
 	kopts.Endpoint = n.d.Endpoint()
