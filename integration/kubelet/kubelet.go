@@ -282,6 +282,13 @@ func (k *Kubelet) stop(t testing.TB) {
 	if t.Failed() {
 		t.Logf("kubelet log (tail):\n%s", k.LogTail(60))
 	}
+	if dir := os.Getenv("PULLWISE_KUBELET_LOGS"); dir != "" {
+		// Kept for debugging: the harness removes its directory.
+		name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + ".log"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(k.Log()), 0o644); err != nil {
+			t.Logf("keep kubelet log: %v", err)
+		}
+	}
 	_ = k.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-k.exited:
