@@ -91,12 +91,14 @@ type progressLine struct {
 // exits 0; the pod then runs.
 func testProgress(t *testing.T, n *node) {
 	n.t = t
-	slow := n.push("kube/slow", "v1", runnableImage(t, 20, 256<<10, 256<<10))
-	// Every blob of the image trickles from the mirror at 512 KiB/s, so
-	// the pull lasts about 1.5 s: long enough to watch, short for a test.
+	slow := n.push("kube/slow", "v1", runnableImage(t, 20, 512<<10, 512<<10))
+	// The two data layers trickle from the mirror at 256 KiB/s each, so
+	// the pull lasts about 2 s: pullctl, started once the sandbox exists,
+	// joins it well before its end. (The /pause layer is on the node
+	// already: every test image shares it.)
 	n.mirror.SetFault(registry.When(func(r registry.Request) bool {
 		return r.Repo == "kube/slow" && r.Kind == registry.KindBlob
-	}, &registry.Fault{BytesPerSecond: 512 << 10}))
+	}, &registry.Fault{BytesPerSecond: 256 << 10}))
 	t.Cleanup(func() { n.mirror.SetFault(nil) })
 
 	n.k.WritePod(t, StaticPod{Name: "progress", Image: slow.Ref})

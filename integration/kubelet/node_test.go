@@ -53,6 +53,8 @@ type nodeOptions struct {
 // behind a pull-through mirror unless noMirror (hosts.toml), a sandbox
 // image from that registry, and a standalone kubelet on top.
 type node struct {
+	// t is the test the helpers report to; subtests sharing a node set it
+	// to themselves.
 	t        testing.TB
 	d        *daemon.Daemon
 	upstream *registry.Registry
