@@ -104,7 +104,8 @@ kubelet: $(BIN)/kubelet
 
 $(BIN)/kubelet: hack/kubelet/go.mod hack/kubelet/go.sum
 	cd hack/kubelet && $(GO) build -trimpath -ldflags '$(KUBELET_LDFLAGS)' -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet
-	$(BIN)/kubelet --version | grep -qx 'Kubernetes $(KUBELET_VERSION)'
+	@# A wrong version must not be left behind looking up to date.
+	$(BIN)/kubelet --version | grep -qx 'Kubernetes $(KUBELET_VERSION)' || { rm -f $@; exit 1; }
 
 # Stock containerd from the same pinned module, for side-by-side benchmarks.
 containerd-stock:
