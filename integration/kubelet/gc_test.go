@@ -39,6 +39,11 @@ func TestKubeletImageGC(t *testing.T) {
 	if img == nil || !img.GetPinned() {
 		t.Fatalf("the pinned sandbox image did not survive kubelet's image GC: %v", img)
 	}
+	// kubelet skipped it because CRI reports it pinned; it did not try and
+	// get refused by protect_pinned_images.
+	if tried := n.k.LogLines("Removing image", img.GetId()); len(tried) > 0 {
+		t.Errorf("kubelet tried to remove the pinned sandbox image: %v", tried)
+	}
 	// What kubelet said about it, for the record (docs/kubelet.md).
 	for _, l := range n.k.LogLines("arbage collection") {
 		t.Log(l)
