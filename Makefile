@@ -9,7 +9,7 @@ PROTO_DIR := cri/api/v1alpha1
 # Integration tests talk to a real daemon; give them room but stay well inside CI's budget.
 INTEGRATION_TIMEOUT ?= 15m
 
-.PHONY: all build containerd containerd-stock bench pullctl ctr shim run test unit integration proto proto-check vet clean
+.PHONY: all build containerd containerd-stock bench pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean
 
 all: build
 
@@ -42,7 +42,7 @@ vet:
 	$(GO) vet ./...
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /integration$$)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e '/integration$$' -e '/integration/kubelet$$')
 
 # Integration needs root (mounts, a real daemon). As root it always runs: it
 # never skips silently. Without root it says so and stops here.
@@ -51,7 +51,21 @@ integration: build
 		echo "integration: skipped, needs root (run 'sudo make integration')"; exit 0; fi
 	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/
 
-test: vet proto-check unit integration
+# Kubelet end to end: the real kubelet (make kubelet) on the real daemon,
+# root only, like integration, and never skipped as root. The image GC test
+# waits for kubelet's fixed 5-minute GC period, so it has its own target.
+KUBELET_TIMEOUT ?= 10m
+kubelet-e2e: build kubelet
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "kubelet-e2e: skipped, needs root (run 'sudo make kubelet-e2e')"; exit 0; fi
+	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -timeout $(KUBELET_TIMEOUT) -v -run Kubelet -skip TestKubeletImageGC ./integration/kubelet/
+
+kubelet-gc: build kubelet
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "kubelet-gc: skipped, needs root (run 'sudo make kubelet-gc')"; exit 0; fi
+	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -timeout $(KUBELET_TIMEOUT) -v -run TestKubeletImageGC ./integration/kubelet/
+
+test: vet proto-check unit integration kubelet-e2e
 
 # Regenerate the committed Go code for the Pullwise API. protoc comes from
 # Debian's protobuf-compiler; the Go plugins are pinned as tools in go.mod.
@@ -77,12 +91,30 @@ proto-check: proto
 clean:
 	rm -rf $(BIN) $(RUN_DIR)
 
+# Kubelet for the end-to-end tests, pinned in its own scratch module
+# (hack/kubelet) so kubernetes' dependencies stay out of Pullwise's go.mod.
+# The version strings are what `kubelet --version` prints; the module zip has
+# no git metadata to derive them from. Rebuilt only when the module changes:
+# it takes minutes cold.
+KUBELET_VERSION := v1.37.2
+KUBELET_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBELET_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
+	-X k8s.io/component-base/version.gitTreeState=clean
+kubelet: $(BIN)/kubelet
+
+$(BIN)/kubelet: hack/kubelet/go.mod hack/kubelet/go.sum
+	cd hack/kubelet && $(GO) build -trimpath -ldflags '$(KUBELET_LDFLAGS)' -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet
+	@# A wrong version must not be left behind looking up to date.
+	$(BIN)/kubelet --version | grep -qx 'Kubernetes $(KUBELET_VERSION)' || { rm -f $@; exit 1; }
+
 # Stock containerd from the same pinned module, for side-by-side benchmarks.
 containerd-stock:
 	$(GO) build -o $(BIN)/containerd-stock github.com/containerd/containerd/v2/cmd/containerd
 
-# Pullwise against stock containerd in one run, on one loopback registry.
-# Needs root, like the integration tests.
+# Pullwise against stock containerd in one run, on one loopback registry;
+# then pod start times under a real kubelet, one run each on loopback and
+# behind the WAN profile. Needs root, like the integration tests.
 BENCHTIME ?= 5x
-bench: build containerd-stock
+bench: build containerd-stock kubelet
 	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m ./integration/
+	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench Kubelet -benchtime 1x -timeout 30m ./integration/kubelet/

@@ -1,0 +1,159 @@
+package kubelet
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pullwise/pullwise/integration/daemon"
+	"github.com/pullwise/pullwise/integration/registry"
+)
+
+// What an operator sees: 20 static pods with 20 different images appear at
+// once on a node, and each pod's time from its manifest being written to
+// kubelet reporting it Running. Stock containerd (bin/containerd-stock,
+// built from the same containerd module) and Pullwise with a node-wide pull
+// limit run under the same kubelet configuration, one after the other, each
+// on a fresh node, against one upstream registry: on loopback, then behind
+// the WAN profile. docs/benchmarks.md has results.
+
+const benchPods = 20
+
+// benchLimit is Pullwise's max_parallel_image_pulls, as in ./integration's
+// benchmarks.
+var benchLimit = func() int {
+	var v int
+	if _, err := fmt.Sscan(os.Getenv("PULLWISE_BENCH_LIMIT"), &v); err != nil {
+		return 3
+	}
+	return v
+}()
+
+// podStarts holds each pod's time to Running, sorted.
+type podStarts []time.Duration
+
+func (p podStarts) first() time.Duration  { return p[0] }
+func (p podStarts) median() time.Duration { return p[len(p)/2] }
+func (p podStarts) last() time.Duration   { return p[len(p)-1] }
+
+func BenchmarkKubeletPodStart(b *testing.B) {
+	stockBin := daemon.Bin("containerd-stock")
+	if _, err := os.Stat(stockBin); err != nil {
+		b.Fatalf("stock containerd missing (make bench builds it): %v", err)
+	}
+	profiles := []struct {
+		name string
+		wan  *registry.WAN
+	}{
+		{"loopback", nil},
+		{"wan", &registry.DefaultWAN},
+	}
+	// One upstream for all runs, seeded once: images of 3 text-like
+	// layers of 4 MiB (gzip for real, so unpacking costs CPU), plus the
+	// /pause layer that makes them runnable.
+	upstream := registry.Start(b, registry.Options{Name: "upstream"})
+	var repos []string
+	for i := range benchPods {
+		repo := fmt.Sprintf("bench/pod%d", i)
+		img := runnableImage(b, int64(5000+i), 4<<20, 4<<20, 4<<20)
+		img.Compressible = true
+		upstream.Push(b, repo, "v1", img)
+		repos = append(repos, repo)
+	}
+
+	for i, prof := range profiles {
+		b.Run(prof.name, func(b *testing.B) {
+			contenders := []struct {
+				name, binary, config string
+			}{
+				{"stock", stockBin, ""},
+				{"pullwise", "", fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit)},
+			}
+			if i%2 == 1 {
+				// Alternate who goes first, so neither always meets a
+				// cold registry.
+				slices.Reverse(contenders)
+			}
+			results := map[string]podStarts{}
+			for _, c := range contenders {
+				b.Run(c.name, func(b *testing.B) {
+					var starts podStarts
+					for b.Loop() {
+						b.StopTimer()
+						n := newNode(b, nodeOptions{
+							binary: c.binary, pullwise: c.config, wan: prof.wan,
+							upstream: upstream, noMirror: true, prePullPause: true,
+							// kubelet's own pull rate limit (5/s, burst 10)
+							// refuses 20 pulls at once with "pull QPS
+							// exceeded" and a 10 s back-off, which would
+							// hide the runtimes behind it; lifted for both.
+							kubelet: Options{Config: map[string]any{"registryPullQPS": 0}},
+						})
+						b.StartTimer()
+						starts = startPods(b, n, repos)
+					}
+					results[c.name] = starts
+					b.ReportMetric(starts.first().Seconds(), "first-s")
+					b.ReportMetric(starts.median().Seconds(), "median-s")
+					b.ReportMetric(starts.last().Seconds(), "last-s")
+					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
+						b.Logf("%s: pods Running after %v", c.name, starts)
+					}
+					// The second contender reports the ratios.
+					s, p := results["stock"], results["pullwise"]
+					if s == nil || p == nil {
+						return
+					}
+					ratio := func(f func(podStarts) time.Duration) float64 { return float64(f(p)) / float64(f(s)) }
+					b.ReportMetric(ratio(podStarts.first), "first-ratio")
+					b.ReportMetric(ratio(podStarts.median), "median-ratio")
+					b.ReportMetric(ratio(podStarts.last), "last-ratio")
+					b.Logf("%s, %d pods, max_parallel_image_pulls=%d: stock first/median/last %.2f/%.2f/%.2f s, pullwise %.2f/%.2f/%.2f s; pullwise/stock first %.2f median %.2f last %.2f",
+						prof.name, benchPods, benchLimit,
+						s.first().Seconds(), s.median().Seconds(), s.last().Seconds(),
+						p.first().Seconds(), p.median().Seconds(), p.last().Seconds(),
+						ratio(podStarts.first), ratio(podStarts.median), ratio(podStarts.last))
+				})
+			}
+		})
+	}
+}
+
+// startPods writes one static pod per repository at once and returns each
+// pod's time from then to Running in kubelet's /pods, sorted.
+func startPods(b *testing.B, n *node, repos []string) podStarts {
+	names := make([]string, len(repos))
+	for i := range repos {
+		names[i] = fmt.Sprintf("bench%d", i)
+	}
+	start := time.Now()
+	for i, repo := range repos {
+		n.k.WritePod(b, StaticPod{Name: names[i], Image: n.upHost + "/" + repo + ":v1"})
+	}
+	running := map[string]time.Duration{}
+	deadline := start.Add(5 * time.Minute)
+	for len(running) < len(names) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d pods Running after 5 minutes", len(running), len(names))
+		}
+		pods, err := n.k.Pods()
+		if err != nil {
+			b.Fatal(err)
+		}
+		now := time.Since(start)
+		for _, p := range pods {
+			if _, seen := running[p.Metadata.Name]; !seen && Running(p) {
+				running[p.Metadata.Name] = now
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var starts podStarts
+	for _, d := range running {
+		starts = append(starts, d)
+	}
+	slices.Sort(starts)
+	return starts
+}
