@@ -111,10 +111,12 @@ $(BIN)/kubelet: hack/kubelet/go.mod hack/kubelet/go.sum
 containerd-stock:
 	$(GO) build -o $(BIN)/containerd-stock github.com/containerd/containerd/v2/cmd/containerd
 
-# Pullwise against stock containerd in one run, on one loopback registry;
+# Costs of Pullwise's own code as pulls, images and subscribers grow; then
+# Pullwise against stock containerd in one run, on loopback registries;
 # then pod start times under a real kubelet, one run each on loopback and
 # behind the WAN profile. Needs root, like the integration tests.
 BENCHTIME ?= 5x
 bench: build containerd-stock kubelet
-	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m ./integration/
+	$(GO) test -count=1 -run '^$$' -bench . ./transfer/... ./cri/pinning/
+	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 45m ./integration/
 	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench Kubelet -benchtime 1x -timeout 30m ./integration/kubelet/
