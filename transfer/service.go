@@ -61,9 +61,6 @@ type Config struct {
 	// and serves the oldest pull first; nil leaves containerd's FIFO
 	// limiter in charge.
 	Downloads *lane.Lane
-	// Unpacks is the node's unpack lane; a pull that has all its blobs
-	// gives its slot back early only while the lane has room.
-	Unpacks *lane.Lane
 }
 
 type config struct {
@@ -209,16 +206,12 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		rec.OnBlobBytes(s.downloadTap(key, p, progress))
 		if onePlatform(dst) {
 			// The slot bounds pulls talking to registries. Once every blob
-			// is in, only unpacking is left: when the unpack lane has room,
-			// the next pull may download meanwhile, so the link does not
-			// idle. When layers already wait to be unpacked the node is
-			// short of CPU or disk, not of network, and one more download
-			// would only slow the pulls ahead of it: the slot is kept.
+			// is in, only unpacking is left, which the unpack lane orders
+			// and bounds: the next pull may download meanwhile, so the
+			// link does not idle while this one unpacks.
 			rec.OnFetched(s.local.present(ctx), func() {
 				s.pulls.fetched(p)
-				if cfg.Unpacks == nil || cfg.Unpacks.Waiting() == 0 {
-					release()
-				}
+				release()
 			})
 		}
 	}

@@ -86,7 +86,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: unpacks}
+			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads)}
 			if c.RegistryConfigPath != "" {
 				tc.HostDirs = []string{c.RegistryConfigPath}
 			}
