@@ -137,7 +137,7 @@ func BenchmarkProgressLatency(b *testing.B) {
 func BenchmarkProgressSubscriberMemory(b *testing.B) {
 	e := newEnv(b, envOptions{})
 	img := e.push("bench/mem", "v1", registry.Image{Layers: []int64{1 << 20, 1 << 20, 1 << 20}, Seed: 60000})
-	release := holdBlobs(b, e.upstream, func(string) bool { return true })
+	release := e.upstream.HoldBlobs(b, func(string) bool { return true })
 	defer release()
 	ctx := context.Background()
 	go func() { _, _ = e.images.PullImage(ctx, criImage(img.Ref), nil, nil) }()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,25 +18,6 @@ import (
 
 func gateConfig(limit int, timeout string) string {
 	return fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n  pull_queue_timeout = %q\n", limit, timeout)
-}
-
-// holdBlobs makes the registry hold blob requests of the repositories
-// match accepts until the returned release func is called, so tests decide
-// when pulls may finish.
-func holdBlobs(t testing.TB, r *registry.Registry, match func(repo string) bool) (release func()) {
-	ch := make(chan struct{})
-	var once sync.Once
-	release = func() { once.Do(func() { close(ch) }) }
-	// Registered after the registry's own cleanup, so it runs first and
-	// held handlers can finish before the server shuts down.
-	t.Cleanup(release)
-	r.SetFault(func(req registry.Request) *registry.Fault {
-		if req.Kind == registry.KindBlob && match(req.Repo) {
-			<-ch
-		}
-		return nil
-	})
-	return release
 }
 
 func (e *env) listPulls() []*api.Pull {
@@ -123,7 +103,7 @@ func TestGateQueueIsFIFO(t *testing.T) {
 	for i := range n {
 		refs = append(refs, e.push(fmt.Sprintf("fifo/img%d", i), "v1", registry.Image{Layers: []int64{16 << 10}, Seed: int64(200 + i)}).Ref)
 	}
-	release := holdBlobs(t, e.upstream, func(string) bool { return true })
+	release := e.upstream.HoldBlobs(t, func(string) bool { return true })
 	ctx := context.Background()
 	errs := make(chan error, n)
 	for i, ref := range refs {
@@ -164,7 +144,7 @@ func TestGateQueueTimeout(t *testing.T) {
 	e := newEnv(t, envOptions{extraConfig: gateConfig(1, "300ms")})
 	held := e.push("timeout/held", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 300})
 	queued := e.push("timeout/queued", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 301})
-	release := holdBlobs(t, e.upstream, func(repo string) bool { return repo == "timeout/held" })
+	release := e.upstream.HoldBlobs(t, func(repo string) bool { return repo == "timeout/held" })
 	ctx := context.Background()
 	heldErr := make(chan error, 1)
 	go func() { _, err := e.images.PullImage(ctx, criImage(held.Ref), nil, nil); heldErr <- err }()
@@ -201,7 +181,7 @@ func TestGateCancelledPullsLeakNothing(t *testing.T) {
 	e.listPulls() // the test's own connections count in the baseline
 	baseline := e.d.Goroutines(t)
 
-	release := holdBlobs(t, e.upstream, func(repo string) bool { return repo != "cancel/next" })
+	release := e.upstream.HoldBlobs(t, func(repo string) bool { return repo != "cancel/next" })
 	ctx := context.Background()
 	heldErrs := make(chan error, 2)
 	for _, ref := range refs[:2] {
@@ -253,7 +233,7 @@ func TestGateCancelledPullsLeakNothing(t *testing.T) {
 func TestGateDedupesIdenticalPulls(t *testing.T) {
 	e := newEnv(t, envOptions{extraConfig: gateConfig(3, "0s")})
 	img := e.push("dedupe/app", "v1", registry.Image{Layers: []int64{64 << 10, 64 << 10, 64 << 10, 64 << 10}, Seed: 500})
-	release := holdBlobs(t, e.upstream, func(string) bool { return true })
+	release := e.upstream.HoldBlobs(t, func(string) bool { return true })
 	ctx := context.Background()
 	const n = 20
 	errs := make(chan error, n)
@@ -347,7 +327,7 @@ func TestGateSharedWithCtrAndSandboxBypass(t *testing.T) {
 	e.restartWith(t, envOptions{extraConfig: gateConfig(1, "0s"),
 		criImages: fmt.Sprintf("  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", pauseImg.Ref)})
 
-	release := holdBlobs(t, e.upstream, func(repo string) bool { return repo == "shared/held" })
+	release := e.upstream.HoldBlobs(t, func(repo string) bool { return repo == "shared/held" })
 	ctx := context.Background()
 	heldErr := make(chan error, 1)
 	go func() { _, err := e.images.PullImage(ctx, criImage(held.Ref), nil, nil); heldErr <- err }()
@@ -389,7 +369,7 @@ func TestGateSlotFreedOnceBlobsAreIn(t *testing.T) {
 	// Large, compressible layers: unpacking them takes long enough to see.
 	first := e.push("release/first", "v1", registry.Image{Layers: []int64{32 << 20, 32 << 20, 32 << 20}, Seed: 610, Compressible: true})
 	next := e.push("release/next", "v1", registry.Image{Layers: []int64{8 << 10}, Seed: 611})
-	release := holdBlobs(t, e.upstream, func(repo string) bool { return repo == "release/next" })
+	release := e.upstream.HoldBlobs(t, func(repo string) bool { return repo == "release/next" })
 
 	ctx := context.Background()
 	errs := make(chan error, 2)

@@ -268,7 +268,7 @@ func TestProgressPullctl(t *testing.T) {
 	}
 	// Hold the pull, so pullctl joins it for sure, then let it finish:
 	// pullctl, not on a terminal, prints the NDJSON and exits 0.
-	release := holdBlobs(t, e.upstream, func(string) bool { return true })
+	release := e.upstream.HoldBlobs(t, func(string) bool { return true })
 	pullErr := make(chan error, 1)
 	go func() {
 		_, err := e.images.PullImage(context.Background(), criImage(img.Ref), nil, nil)

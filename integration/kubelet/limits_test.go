@@ -3,7 +3,6 @@ package kubelet
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +29,7 @@ func TestKubeletTwoLimits(t *testing.T) {
 	// the first pull keeps Pullwise's only slot while the others queue
 	// past the timeout. The sandbox image is not held; Pullwise lets it
 	// past the limit anyway, as a pod cannot start without it.
-	release := holdBlobs(t, n.mirror, func(repo string) bool { return strings.HasPrefix(repo, "limits/") })
+	release := n.mirror.HoldBlobs(t, func(repo string) bool { return strings.HasPrefix(repo, "limits/") })
 	for i, ref := range refs {
 		n.k.WritePod(t, StaticPod{Name: fmt.Sprintf("limits%d", i), Image: ref})
 	}
@@ -97,22 +96,4 @@ func TestKubeletTwoLimits(t *testing.T) {
 			t.Errorf("%s served %d times, want once", path, count)
 		}
 	}
-}
-
-// holdBlobs makes r hold blob requests of the repositories match accepts
-// until release is called (also at the end of the test).
-func holdBlobs(t testing.TB, r *registry.Registry, match func(repo string) bool) (release func()) {
-	ch := make(chan struct{})
-	var once sync.Once
-	release = func() { once.Do(func() { close(ch) }) }
-	// Registered after the registry's cleanup, so it runs first and held
-	// handlers finish before the server shuts down.
-	t.Cleanup(release)
-	r.SetFault(func(req registry.Request) *registry.Fault {
-		if req.Kind == registry.KindBlob && match(req.Repo) {
-			<-ch
-		}
-		return nil
-	})
-	return release
 }

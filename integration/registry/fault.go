@@ -7,7 +7,9 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -174,4 +176,24 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// HoldBlobs makes r hold the blob requests of the repositories match
+// accepts until the returned release func is called (at the latest when
+// the test ends), so tests decide when pulls may finish. It replaces any
+// installed fault.
+func (r *Registry) HoldBlobs(t testing.TB, match func(repo string) bool) (release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	// Registered after the registry's own cleanup, so it runs first and
+	// held handlers can finish before the server shuts down.
+	t.Cleanup(release)
+	r.SetFault(func(req Request) *Fault {
+		if req.Kind == KindBlob && match(req.Repo) {
+			<-ch
+		}
+		return nil
+	})
+	return release
 }
