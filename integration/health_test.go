@@ -15,7 +15,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
 	"github.com/pullwise/pullwise/integration/registry"
@@ -341,7 +340,7 @@ func TestRegistryHealthAllHostsFail(t *testing.T) {
 func TestRegistryHealthFlappingMirror(t *testing.T) {
 	e := newEnv(t, envOptions{mirror: mirrorSeeded, noKeepAlive: true,
 		extraConfig: healthConfig(100*time.Millisecond, 400*time.Millisecond, 0, 0)})
-	refs := seededImages(e, "flap", 10)
+	refs := seededImages(e, "flap", 50)
 	e.listPulls()
 	baseline := e.d.Goroutines(t)
 
@@ -362,13 +361,9 @@ func TestRegistryHealthFlappingMirror(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			ref := refs[i%len(refs)]
-			if _, err := e.images.PullImage(ctx, criImage(ref), nil, nil); err != nil {
-				errs <- fmt.Errorf("%s: %w", ref, err)
-				return
+			if _, err := e.images.PullImage(ctx, criImage(refs[i]), nil, nil); err != nil {
+				errs <- fmt.Errorf("%s: %w", refs[i], err)
 			}
-			// Remove it again so the next caller of this image pulls too.
-			_ = e.images.RemoveImage(ctx, &criapi.ImageSpec{Image: ref})
 		}()
 	}
 	wg.Wait()
