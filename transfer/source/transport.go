@@ -55,21 +55,26 @@ var (
 func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	kind, repo, ref := parsePath(req.URL.Path)
 	cfg := t.table.Config()
-	mustTry := len(t.ep.later) == 0 || !t.table.AnyUsable(t.ep.later)
-	admitted, err := t.table.Admit(t.ep.key, mustTry)
-	if err != nil {
-		t.rec.attempt(kind, ref, t.ep, health.Skipped, 0, err.Error())
-		return nil, err
-	}
-
 	var freeDownload func()
 	if kind == "blobs" && req.Method == http.MethodGet && t.downloads != nil {
 		// A download place is held from the request to the body's end,
-		// as containerd's own limiter would be.
+		// as containerd's own limiter would be. It is taken before the
+		// host is admitted, so a probe never waits in the lane.
+		var err error
 		if freeDownload, err = t.downloads.Acquire(req.Context()); err != nil {
 			return nil, err
 		}
 	}
+	mustTry := len(t.ep.later) == 0 || !t.table.AnyUsable(t.ep.later)
+	admitted, err := t.table.Admit(t.ep.key, mustTry)
+	if err != nil {
+		if freeDownload != nil {
+			freeDownload()
+		}
+		t.rec.attempt(kind, ref, t.ep, health.Skipped, 0, err.Error())
+		return nil, err
+	}
+
 	ctx, cancel := context.WithCancelCause(req.Context())
 	stopWait := watch(cancel, cfg.ResponseTimeout, fmt.Errorf("%w within %s", errNoResponse, cfg.ResponseTimeout))
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
