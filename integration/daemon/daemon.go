@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -298,13 +299,22 @@ func (d *Daemon) Restart(t testing.TB) {
 }
 
 // FreeAddr returns a loopback host:port that nothing listens on (now).
+//
+// The port is drawn below the kernel's ephemeral range: a port the kernel
+// handed out for ":0" goes back to that range when closed, and a listener
+// of containerd's own on ":0" (the progress server) could take it between
+// now and a restart, which then fails with "address already in use".
 func FreeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	const lo, hi = 20000, 32000 // below net.ipv4.ip_local_port_range's default 32768
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free loopback port below the ephemeral range")
+	return ""
 }
 
 // snapshotter picks overlayfs when an overlay mounts in dir's filesystem,
