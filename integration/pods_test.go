@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/pullwise/pullwise/integration/daemon"
 	"github.com/pullwise/pullwise/integration/registry"
 )
 
@@ -33,45 +33,13 @@ import (
 // answer in well under a second here.
 const podTimeout = 30 * time.Second
 
-var pauseBuild struct {
-	once sync.Once
-	bin  []byte
-	err  error
-}
-
-// pauseBinary returns a static build of testdata/pause (blocks until
-// SIGTERM or SIGINT), built once per test process.
-func pauseBinary(t testing.TB) []byte {
-	t.Helper()
-	pauseBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "pullwise-pause-")
-		if err != nil {
-			pauseBuild.err = err
-			return
-		}
-		defer os.RemoveAll(dir)
-		out := filepath.Join(dir, "pause")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./testdata/pause")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			pauseBuild.err = fmt.Errorf("go build ./testdata/pause: %v\n%s", err, b)
-			return
-		}
-		pauseBuild.bin, pauseBuild.err = os.ReadFile(out)
-	})
-	if pauseBuild.err != nil {
-		t.Fatal(pauseBuild.err)
-	}
-	return pauseBuild.bin
-}
-
 // runnableImage is a small image whose entrypoint is /pause; seed varies
 // its digest.
 func runnableImage(t testing.TB, seed int64) registry.Image {
 	return registry.Image{
 		Layers:     []int64{4 << 10},
 		Seed:       seed,
-		Files:      map[string][]byte{"/pause": pauseBinary(t)},
+		Files:      map[string][]byte{"/pause": daemon.PauseBinary(t)},
 		Entrypoint: []string{"/pause"},
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -246,39 +245,6 @@ func served(r *registry.Registry, repo string, kind registry.Kind, method string
 	})
 }
 
-var pauseBuild struct {
-	once sync.Once
-	bin  []byte
-	err  error
-}
-
-// pauseBinary is a static build of ../testdata/pause (blocks until
-// SIGTERM), built once per test process: the sandbox and the container
-// process of every pod, so no image comes from the internet.
-func pauseBinary(t testing.TB) []byte {
-	t.Helper()
-	pauseBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "pullwise-pause-")
-		if err != nil {
-			pauseBuild.err = err
-			return
-		}
-		defer os.RemoveAll(dir)
-		out := filepath.Join(dir, "pause")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "../testdata/pause")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			pauseBuild.err = fmt.Errorf("go build ../testdata/pause: %v\n%s", err, b)
-			return
-		}
-		pauseBuild.bin, pauseBuild.err = os.ReadFile(out)
-	})
-	if pauseBuild.err != nil {
-		t.Fatal(pauseBuild.err)
-	}
-	return pauseBuild.bin
-}
-
 // runnableImage is a small image whose entrypoint is /pause; seed varies
 // its digest, layers adds data layers before the /pause layer.
 func runnableImage(t testing.TB, seed int64, layers ...int64) registry.Image {
@@ -288,7 +254,7 @@ func runnableImage(t testing.TB, seed int64, layers ...int64) registry.Image {
 	return registry.Image{
 		Layers:     layers,
 		Seed:       seed,
-		Files:      map[string][]byte{"/pause": pauseBinary(t)},
+		Files:      map[string][]byte{"/pause": daemon.PauseBinary(t)},
 		Entrypoint: []string{"/pause"},
 	}
 }
