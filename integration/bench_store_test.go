@@ -43,6 +43,7 @@ func BenchmarkImageStore(b *testing.B) {
 					b.Fatal(err)
 				}
 				e.createRecords(b, img.Ref, n)
+				e.d.ReadyTimeout = 10 * time.Minute
 			})
 			restart, repull, list, pullctl := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}, time.Duration(0)
 			for i := 0; b.Loop(); i++ {
