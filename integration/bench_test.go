@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -96,7 +95,7 @@ func BenchmarkDifferentImages(b *testing.B) {
 			host := c.pullwise.upstream.Host()
 			if profile == "wan" {
 				host = c.pullwise.upstream.ServeWAN(b, registry.DefaultWAN)
-				c.pullwise.plainHTTP(host)
+				c.pullwise.writeHostsFor(host, "http://"+host, "")
 			}
 			var med, span = map[string]time.Duration{}, map[string]time.Duration{}
 			for i := 0; b.Loop(); i++ {
@@ -133,19 +132,6 @@ func BenchmarkDifferentImages(b *testing.B) {
 			b.ReportMetric(span["pullwise"].Seconds()/n, "pullwise-makespan-s")
 			b.ReportMetric(float64(span["pullwise"])/float64(span["stock"]), "makespan-ratio")
 		})
-	}
-}
-
-// plainHTTP writes a hosts.toml that reaches host over plain HTTP, for
-// registries served on another port (such as the WAN profile's).
-func (e *env) plainHTTP(host string) {
-	e.t.Helper()
-	dir := filepath.Join(e.hostsDir, host)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(fmt.Sprintf("server = %q\n", "http://"+host)), 0o644); err != nil {
-		e.t.Fatal(err)
 	}
 }
 

@@ -86,13 +86,25 @@ func (e *env) sibling(opts daemon.Options) *env {
 
 // writeHosts configures upstream as plain HTTP, behind the mirror if any.
 func (e *env) writeHosts() {
-	dir := filepath.Join(e.hostsDir, e.upstream.Host())
+	mirror := ""
+	if e.mirror != nil {
+		mirror = e.mirror.URL()
+	}
+	e.writeHostsFor(e.upstream.Host(), e.upstream.URL(), mirror, "pull", "resolve")
+}
+
+// writeHostsFor writes the hosts.toml of registry host: server, behind
+// mirror (a URL, none when empty) with caps. containerd reads hosts.toml on
+// every pull, so no restart is needed.
+func (e *env) writeHostsFor(host, server, mirror string, caps ...string) {
+	e.t.Helper()
+	dir := filepath.Join(e.hostsDir, host)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		e.t.Fatal(err)
 	}
-	hosts := fmt.Sprintf("server = %q\n", e.upstream.URL())
-	if e.mirror != nil {
-		hosts += fmt.Sprintf("\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", e.mirror.URL())
+	hosts := fmt.Sprintf("server = %q\n", server)
+	if mirror != "" {
+		hosts += fmt.Sprintf("\n[host.%q]\n  capabilities = [%s]\n", mirror, `"`+strings.Join(caps, `", "`)+`"`)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
 		e.t.Fatal(err)

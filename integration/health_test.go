@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,15 +31,6 @@ func healthConfig(cooldown, maxCooldown, response, read time.Duration) string {
 		}
 	}
 	return s
-}
-
-// writeHostsTOML points upstream's hosts.toml at server, behind mirror.
-func (e *env) writeHostsTOML(server, mirror string) {
-	e.t.Helper()
-	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", server, mirror)
-	if err := os.WriteFile(filepath.Join(e.hostsDir, e.upstream.Host(), "hosts.toml"), []byte(hosts), 0o644); err != nil {
-		e.t.Fatal(err)
-	}
 }
 
 // registries is `pullctl registries -o json`, by host.
@@ -97,7 +86,7 @@ func TestRegistryHealthSkipsFailedMirror(t *testing.T) {
 			e.mirror.SetFault(func(registry.Request) *registry.Fault { return &registry.Fault{Status: 503} })
 		}, "server_error", "503 Service Unavailable"},
 		{"refused", func(e *env) {
-			e.writeHostsTOML(e.upstream.URL(), "http://"+freeLoopback(e.t))
+			e.writeHostsFor(e.upstream.Host(), e.upstream.URL(), "http://"+freeLoopback(e.t), "pull", "resolve")
 		}, "unreachable", "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -309,7 +298,7 @@ func TestRegistryHealthAllHostsFail(t *testing.T) {
 			upstreamHost := e.upstream.Host()
 			if tc.deadUpstream {
 				upstreamHost = freeLoopback(t)
-				e.writeHostsTOML("http://"+upstreamHost, e.mirror.URL())
+				e.writeHostsFor(e.upstream.Host(), "http://"+upstreamHost, e.mirror.URL(), "pull", "resolve")
 			}
 			e.mirror.SetFault(tc.mirror)
 			e.upstream.SetFault(tc.upstream)

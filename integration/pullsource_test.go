@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,17 +24,9 @@ const (
 )
 
 // setMirror rewrites hosts.toml for upstream: mirrorURL with caps in front
-// of it, or no mirror when mirrorURL is empty. containerd reads hosts.toml
-// on every pull, so no restart is needed.
+// of it, or no mirror when mirrorURL is empty.
 func (e *env) setMirror(mirrorURL string, caps ...string) {
-	e.t.Helper()
-	hosts := fmt.Sprintf("server = %q\n", e.upstream.URL())
-	if mirrorURL != "" {
-		hosts += fmt.Sprintf("\n[host.%q]\n  capabilities = [%s]\n", mirrorURL, `"`+strings.Join(caps, `", "`)+`"`)
-	}
-	if err := os.WriteFile(filepath.Join(e.hostsDir, e.upstream.Host(), "hosts.toml"), []byte(hosts), 0o644); err != nil {
-		e.t.Fatal(err)
-	}
+	e.writeHostsFor(e.upstream.Host(), e.upstream.URL(), mirrorURL, caps...)
 }
 
 // imageLabels reads an image record's labels straight from containerd's

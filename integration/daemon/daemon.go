@@ -7,6 +7,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -134,7 +135,7 @@ func Start(t testing.TB, opts Options) *Daemon {
 	// Cleanups run last-in first-out: stop the daemon, then unmount, then
 	// remove the directory.
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	t.Cleanup(func() { unmountUnder(t, dir) })
+	t.Cleanup(func() { UnmountUnder(t, dir) })
 
 	cfgPath := d.writeConfig(t, opts)
 	logFile, err := os.Create(d.logPath)
@@ -341,9 +342,11 @@ func snapshotter(t testing.TB, dir string) string {
 	return "overlayfs"
 }
 
-// unmountUnder unmounts every mount below dir, deepest first. containerd
-// leaves snapshot and shm mounts behind when it is killed.
-func unmountUnder(t testing.TB, dir string) {
+// UnmountUnder unmounts every mount at or below dir, deepest first.
+// containerd leaves snapshot and shm mounts behind when it is killed;
+// kubelet bind-mounts its root dir onto itself. A mount already gone
+// (EINVAL) is no error.
+func UnmountUnder(t testing.TB, dir string) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Errorf("read mountinfo: %v", err)
@@ -357,7 +360,7 @@ func unmountUnder(t testing.TB, dir string) {
 		}
 	}
 	for i := len(points) - 1; i >= 0; i-- {
-		if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil {
+		if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			t.Errorf("unmount %s: %v", points[i], err)
 		}
 	}

@@ -132,28 +132,6 @@ func (h *hostState) restore(t testing.TB) {
 	}
 }
 
-// unmountUnder unmounts every mount at or below dir, deepest first: kubelet
-// bind-mounts its root dir onto itself, and pod volumes live below it.
-func unmountUnder(t testing.TB, dir string) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Errorf("read mountinfo: %v", err)
-		return
-	}
-	var points []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			points = append(points, f[4])
-		}
-	}
-	for i := len(points) - 1; i >= 0; i-- {
-		if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			t.Errorf("unmount %s: %v", points[i], err)
-		}
-	}
-}
-
 // removeCgroup removes a cgroup v1 directory tree, deepest first; cgroup
 // directories go with rmdir only, once no process is left in them.
 func removeCgroup(t testing.TB, dir string) {

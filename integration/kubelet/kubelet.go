@@ -192,7 +192,7 @@ func Start(t testing.TB, opts Options) *Kubelet {
 	// unmount, restore the host, remove the directory.
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	t.Cleanup(func() { host.restore(t) })
-	t.Cleanup(func() { unmountUnder(t, dir) })
+	t.Cleanup(func() { daemon.UnmountUnder(t, dir) })
 	t.Cleanup(func() { removeAllPods(t, opts.Endpoint) })
 
 	port, healthz, readOnly := freePort(t), freePort(t), freePort(t)

@@ -34,9 +34,6 @@ func New(limit int) *Lane {
 	return &Lane{limit: max(limit, 0)}
 }
 
-// Limit is the number of places; 0 is unlimited.
-func (l *Lane) Limit() int { return l.limit }
-
 type ticketKey struct{}
 
 // WithTicket marks ctx's work with its pull's place in line: the time the
