@@ -18,9 +18,12 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/distribution/reference"
+
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pullwise/pullwise/transfer/imageref"
 
 	"github.com/pullwise/pullwise/transfer/dedupe"
 	"github.com/pullwise/pullwise/transfer/gate"
@@ -91,7 +94,7 @@ func (s *Service) Configure(c Config) {
 	}
 	cfg := &config{Config: c, bypass: make(map[string]bool, len(c.Bypass))}
 	for _, r := range c.Bypass {
-		cfg.bypass[normalize(r)] = true
+		cfg.bypass[imageref.Normalize(r)] = true
 	}
 	s.config.Store(cfg)
 }
@@ -128,7 +131,7 @@ func (s *Service) pull(ctx context.Context, src transfer.ImageFetcher, dst trans
 		key = "unshared/" + strconv.FormatUint(s.unique.Add(1), 10)
 	}
 	podUID := PodFrom(ctx).GetUid()
-	s.hub.Join(key, normalize(imageOf(src)), podUID)
+	s.hub.Join(key, imageref.Normalize(imageOf(src)), podUID)
 	defer s.hub.Leave(key, podUID)
 	shared, err := s.group.Do(ctx, key, cfg.Progress, func(ctx context.Context, progress func(transfer.Progress)) error {
 		return s.run(ctx, key, src, dst, progress)
@@ -181,7 +184,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		src = resolved{ImageFetcher: src, name: ref, desc: *desc}
 	}
 
-	release, waited, err := cfg.Gate.Acquire(ctx, cfg.bypass[normalize(ref)])
+	release, waited, err := cfg.Gate.Acquire(ctx, cfg.bypass[imageref.Normalize(ref)])
 	s.metrics.waitTime.Observe(waited.Seconds())
 	if err != nil {
 		if errors.Is(err, errdefs.ErrResourceExhausted) {
@@ -372,13 +375,6 @@ func digestOf(ref string) digest.Digest {
 		return d.Digest()
 	}
 	return ""
-}
-
-func normalize(ref string) string {
-	if n, err := reference.ParseDockerRef(ref); err == nil {
-		return n.String()
-	}
-	return ref
 }
 
 // resolved is a pull source whose resolve already happened. It keeps the

@@ -10,6 +10,10 @@ import (
 	"fmt"
 )
 
+// Namespace is the containerd namespace the CRI plugin keeps its images and
+// containers in (upstream's constant for it is internal to containerd).
+const Namespace = "k8s.io"
+
 // Images holds what Pullwise reads of [plugins."io.containerd.cri.v1.images"].
 type Images struct {
 	// UseLocalImagePull is nil when the field is missing, which means the

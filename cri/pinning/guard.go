@@ -8,6 +8,8 @@ import (
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+
+	"github.com/pullwise/pullwise/cri/criconfig"
 )
 
 // pullwiseSection holds protect_pinned_images.
@@ -29,7 +31,7 @@ func (e *PinnedError) Error() string {
 	if len(e.Keys) == 0 {
 		return fmt.Sprintf("image %q is pinned: it carries the label %s=%s, which was not set from pinned_images; "+
 			"to unpin it, remove the label (ctr -n %s images label %s %s=); %s",
-			e.Image, PinnedLabel, PinnedValue, Namespace, e.Image, PinnedLabel, allow)
+			e.Image, PinnedLabel, PinnedValue, criconfig.Namespace, e.Image, PinnedLabel, allow)
 	}
 	keys := "pinned_images." + strings.Join(e.Keys, " and pinned_images.")
 	verb := "names"
@@ -56,17 +58,17 @@ func NewGuard(store images.Store, pins *Pins) *Guard {
 }
 
 // CheckRemoval returns a *PinnedError for the first of names that is a
-// pinned record in Namespace, and nil when none is.
+// pinned record in CRI's namespace, and nil when none is.
 //
 // A record is pinned when config pins it, even if the reconciler has not
 // labelled it yet, or when it carries a pin without the marker (an
 // operator's). A marked pin that config no longer names is on its way out
 // and does not block removal.
 func (g *Guard) CheckRemoval(ctx context.Context, names ...string) error {
-	ctx = namespaces.WithNamespace(ctx, Namespace)
+	ctx = namespaces.WithNamespace(ctx, criconfig.Namespace)
 	records, err := g.store.List(ctx)
 	if err != nil {
-		return fmt.Errorf("list images in namespace %s to check for pins: %w", Namespace, err)
+		return fmt.Errorf("list images in namespace %s to check for pins: %w", criconfig.Namespace, err)
 	}
 	plan := g.pins.plan(records)
 	byName := make(map[string]images.Image, len(records))

@@ -10,6 +10,8 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"google.golang.org/grpc"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullwise/pullwise/cri/criconfig"
 )
 
 // CRIImageStatus resolves a CRI image spec to its image the way CRI's
@@ -21,7 +23,7 @@ type CRIImageStatus interface {
 
 // RemovalInterceptor refuses the two removals that reach pinned images over
 // the API: CRI RemoveImage, which deletes every name of an image, and
-// containerd's Images/Delete in Namespace, which ctr uses.
+// containerd's Images/Delete in CRI's namespace, which ctr uses.
 type RemovalInterceptor struct {
 	guard *Guard
 	cri   CRIImageStatus
@@ -67,7 +69,7 @@ func (i *RemovalInterceptor) checkCRIRemoval(ctx context.Context, ref string) er
 
 func (i *RemovalInterceptor) checkDelete(ctx context.Context, name string) error {
 	ns, err := namespaces.NamespaceRequired(ctx)
-	if err != nil || ns != Namespace {
+	if err != nil || ns != criconfig.Namespace {
 		// Without a namespace the images service refuses the request itself.
 		return nil
 	}

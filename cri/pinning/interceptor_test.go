@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullwise/pullwise/cri/criconfig"
 )
 
 // criImages answers ImageStatus from a fixed table, as CRI would after
@@ -52,7 +54,7 @@ func TestRemovalInterceptor(t *testing.T) {
 	removeImage := func(ref string) any {
 		return &runtime.RemoveImageRequest{Image: &runtime.ImageSpec{Image: ref}}
 	}
-	k8s := namespaces.WithNamespace(context.Background(), Namespace)
+	k8s := namespaces.WithNamespace(context.Background(), criconfig.Namespace)
 	other := namespaces.WithNamespace(context.Background(), "default")
 	for _, tc := range []struct {
 		name     string

@@ -20,13 +20,10 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/pullwise/pullwise/cri/criconfig"
+	"github.com/pullwise/pullwise/transfer/imageref"
 )
 
 const (
-	// Namespace is where CRI keeps its images. Pins anywhere else mean
-	// nothing to kubelet, so they are neither set nor enforced there.
-	Namespace = "k8s.io"
-
 	// PinnedLabel and PinnedValue are upstream CRI's pin, the one label CRI
 	// turns into Image.pinned.
 	PinnedLabel = "io.cri-containerd.pinned"
@@ -103,7 +100,7 @@ func (p *Pins) plan(records []images.Image) map[string][]string {
 		byTarget[d] = append(byTarget[d], keys...)
 	}
 	for _, r := range records {
-		if keys := p.byName[normalize(r.Name)]; len(keys) > 0 {
+		if keys := p.byName[imageref.Normalize(r.Name)]; len(keys) > 0 {
 			byTarget[r.Target.Digest] = append(byTarget[r.Target.Digest], keys...)
 		}
 	}
@@ -116,21 +113,6 @@ func (p *Pins) plan(records []images.Image) map[string][]string {
 		}
 	}
 	return plan
-}
-
-// normalize returns the record name as config values are normalized, or ""
-// for names that are no reference: CRI's image ID records ("sha256:…"),
-// which would otherwise parse as docker.io/library/sha256:<hex>, and
-// arbitrary names ctr accepts. Those match by target only.
-func normalize(name string) string {
-	if _, err := digest.Parse(name); err == nil {
-		return ""
-	}
-	ref, err := reference.ParseDockerRef(name)
-	if err != nil {
-		return ""
-	}
-	return ref.String()
 }
 
 func isPinned(r images.Image) bool       { return r.Labels[PinnedLabel] == PinnedValue }

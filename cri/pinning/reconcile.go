@@ -17,13 +17,16 @@ import (
 	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/pullwise/pullwise/cri/criconfig"
+	"github.com/pullwise/pullwise/transfer/imageref"
 )
 
 // imageEvents selects what can change which records config pins: a record
 // created (pull, import, CRI's own ID record), updated (a re-pull replaces
 // labels and may move a tag) or deleted (the named record of an image is
 // gone, so its other names no longer are what config names).
-const imageEvents = `namespace=="` + Namespace + `",topic~="^/images/"`
+const imageEvents = `namespace=="` + criconfig.Namespace + `",topic~="^/images/"`
 
 // retryDelay is how long Watch waits before retrying a failed pass when no
 // event comes first.
@@ -33,7 +36,7 @@ const retryDelay = time.Second
 // target and other labels survive.
 var labelPaths = []string{"labels." + PinnedLabel, "labels." + MarkerLabel}
 
-// Reconciler makes the pin labels of the records in Namespace follow Pins.
+// Reconciler makes the pin labels of the records in CRI's namespace follow Pins.
 type Reconciler struct {
 	store images.Store
 	pins  *Pins
@@ -60,7 +63,7 @@ type Changes struct {
 	Unpinned []string
 }
 
-// Reconcile makes one pass over Namespace:
+// Reconcile makes one pass over CRI's namespace:
 //   - records config pins get PinnedLabel and MarkerLabel. A record that is
 //     pinned without the marker gets the marker too, since upstream CRI pins
 //     exact config names itself without one and those pins must go when
@@ -73,10 +76,10 @@ type Changes struct {
 // /images/update event, which would otherwise trigger the next pass forever.
 // A failed write does not stop the pass; the errors are returned joined.
 func (r *Reconciler) Reconcile(ctx context.Context) (Changes, error) {
-	ctx = namespaces.WithNamespace(ctx, Namespace)
+	ctx = namespaces.WithNamespace(ctx, criconfig.Namespace)
 	records, err := r.store.List(ctx)
 	if err != nil {
-		return Changes{}, fmt.Errorf("list images in namespace %s: %w", Namespace, err)
+		return Changes{}, fmt.Errorf("list images in namespace %s: %w", criconfig.Namespace, err)
 	}
 	plan := r.pins.plan(records)
 	r.remember(records, plan)
@@ -139,10 +142,10 @@ func (r *Reconciler) concerns(ctx context.Context, name string) bool {
 	r.mu.Lock()
 	known := r.pinnedNames[name]
 	r.mu.Unlock()
-	if known || len(r.pins.byName[normalize(name)]) > 0 {
+	if known || len(r.pins.byName[imageref.Normalize(name)]) > 0 {
 		return true
 	}
-	rec, err := r.store.Get(namespaces.WithNamespace(ctx, Namespace), name)
+	rec, err := r.store.Get(namespaces.WithNamespace(ctx, criconfig.Namespace), name)
 	if errdefs.IsNotFound(err) {
 		return false
 	}
@@ -176,7 +179,7 @@ func eventImage(env *events.Envelope) string {
 	return ""
 }
 
-// Watch reconciles once, then after image events in Namespace, until ctx
+// Watch reconciles once, then after image events in CRI's namespace, until ctx
 // ends. It subscribes before the first pass, so that a record created during
 // that pass is not missed. Events arriving during a pass are coalesced into
 // one more pass. A failed pass is logged and retried on the next event or

@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/containerd/v2/core/events"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/pullwise/pullwise/cri/criconfig"
 )
 
 const (
@@ -180,7 +182,7 @@ func TestReconcile(t *testing.T) {
 					want = rec.labels // untouched
 				}
 				if got := s.labels(t, rec.ns, rec.name); !maps.Equal(got, orNone(want)) {
-					t.Errorf("%s/%s labels = %v, want %v", or(rec.ns, Namespace), rec.name, got, want)
+					t.Errorf("%s/%s labels = %v, want %v", or(rec.ns, criconfig.Namespace), rec.name, got, want)
 				}
 			}
 
@@ -224,7 +226,7 @@ func or(s, def string) string {
 
 func updatedAt(t *testing.T, s *testStore) map[string]time.Time {
 	t.Helper()
-	imgs, err := s.List(nsCtx(Namespace))
+	imgs, err := s.List(nsCtx(criconfig.Namespace))
 	if err != nil {
 		t.Fatal(err)
 	}

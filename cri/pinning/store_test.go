@@ -14,6 +14,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/pullwise/pullwise/cri/criconfig"
 )
 
 // testStore is containerd's metadata image store on a bolt DB in a temp
@@ -43,7 +45,7 @@ func newTestStore(t testing.TB) *testStore {
 	return &testStore{Store: metadata.NewImageStore(db), events: ex}
 }
 
-// record is an image record to seed; ns defaults to Namespace.
+// record is an image record to seed; ns defaults to criconfig.Namespace.
 type record struct {
 	ns     string
 	name   string
@@ -73,7 +75,7 @@ func (s *testStore) labels(t *testing.T, ns, name string) map[string]string {
 
 func nsCtx(ns string) context.Context {
 	if ns == "" {
-		ns = Namespace
+		ns = criconfig.Namespace
 	}
 	return namespaces.WithNamespace(context.Background(), ns)
 }

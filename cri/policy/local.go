@@ -10,6 +10,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullwise/pullwise/cri/criconfig"
 )
 
 // ImageStatuser is CRI's ImageStatus.
@@ -27,7 +29,7 @@ func CRILocal(cri func() (ImageStatuser, error), store images.Store) func(contex
 		if err != nil {
 			return Local{}, false, err
 		}
-		ctx = namespaces.WithNamespace(ctx, "k8s.io")
+		ctx = namespaces.WithNamespace(ctx, criconfig.Namespace)
 		resp, err := c.ImageStatus(ctx, &runtime.ImageStatusRequest{Image: &runtime.ImageSpec{Image: ref}})
 		if err != nil {
 			return Local{}, false, fmt.Errorf("image status: %w", err)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/pullwise/pullwise/cri/criconfig"
 	"github.com/pullwise/pullwise/transfer"
 )
 
@@ -27,9 +28,6 @@ const (
 	InfoPullSource      = "pullSource"
 	InfoBlobSources     = "pullSourceBlobs"
 	InfoImagePullSource = "imagePullSource"
-
-	// criNamespace is where CRI keeps its images.
-	criNamespace = "k8s.io"
 )
 
 // CRI methods this package acts on.
@@ -52,7 +50,7 @@ func New(store images.Store) *Sources { return &Sources{images: store} }
 // its records (tags, then digests, then ID) that has one. Images that were
 // never pulled (imported, preloaded) have none: "".
 func (s *Sources) Of(ctx context.Context, img *runtime.Image) (pullSource, blobs string) {
-	ctx = namespaces.WithNamespace(ctx, criNamespace)
+	ctx = namespaces.WithNamespace(ctx, criconfig.Namespace)
 	names := append(append(append([]string{}, img.GetRepoTags()...), img.GetRepoDigests()...), img.GetId())
 	for _, n := range names {
 		rec, err := s.images.Get(ctx, n)
@@ -68,7 +66,7 @@ func (s *Sources) Of(ctx context.Context, img *runtime.Image) (pullSource, blobs
 
 // ofName returns the labels of the record an image reference or ID names.
 func (s *Sources) ofName(ctx context.Context, name string) (map[string]string, error) {
-	ctx = namespaces.WithNamespace(ctx, criNamespace)
+	ctx = namespaces.WithNamespace(ctx, criconfig.Namespace)
 	candidates := []string{name}
 	if n, err := reference.ParseDockerRef(name); err == nil && n.String() != name {
 		candidates = append(candidates, n.String())
@@ -163,7 +161,7 @@ func (s *Sources) labelImage(ctx context.Context, ref, imageID string, want func
 	if err != nil {
 		return
 	}
-	ctx = namespaces.WithNamespace(ctx, criNamespace)
+	ctx = namespaces.WithNamespace(ctx, criconfig.Namespace)
 	pulled, err := s.images.Get(ctx, named.String())
 	if err != nil {
 		log.G(ctx).WithError(err).WithField("ref", named.String()).Debug("image record not found; pull source not recorded")

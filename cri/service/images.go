@@ -11,6 +11,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+	"github.com/pullwise/pullwise/cri/criconfig"
 	"github.com/pullwise/pullwise/cri/pullsource"
 )
 
@@ -35,7 +36,7 @@ func (s *Service) cri() (CRI, error) {
 
 // criContext is what CRI's own gRPC layer sets up before calling it.
 func criContext(ctx context.Context) context.Context {
-	return namespaces.WithNamespace(ctx, "k8s.io")
+	return namespaces.WithNamespace(ctx, criconfig.Namespace)
 }
 
 // ImageStatus implements api.PullwiseServer.
