@@ -87,8 +87,15 @@ func newServer(ic *plugin.InitContext, maxRecv, maxSend int, creds credentials.T
 		opts = append(opts, grpc.Creds(creds))
 	}
 
+	extra := &methods{handlers: map[string]grpc.StreamHandler{}}
+	opts = append(opts, grpc.UnknownServiceHandler(extra.handle))
+
 	s := grpc.NewServer(opts...)
-	var registered bool
+	extra.server = s
+	var (
+		registered bool
+		extras     []any
+	)
 	// Walk the whole set rather than GetByType, which stops at the first
 	// plugin that failed to initialize (CRI fails when rootless, for one);
 	// those were logged already and must not keep the server down.
@@ -105,6 +112,16 @@ func newServer(ic *plugin.InitContext, maxRecv, maxSend int, creds credentials.T
 			return nil, false, fmt.Errorf("register grpc service %s: %w", p.Registration.URI(), err)
 		}
 		registered = registered || ok
+		if ok {
+			extras = append(extras, inst)
+		}
+	}
+	// Extra methods go in once every service is registered, so a method
+	// its own service serves is recognised whatever the plugin order.
+	for _, inst := range extras {
+		if err := extra.add(inst); err != nil {
+			return nil, false, err
+		}
 	}
 	if promMetrics != nil {
 		promMetrics.InitializeMetrics(s)

@@ -843,6 +843,63 @@ func (x *ImagePullProgressResponse) GetUrl() string {
 	return ""
 }
 
+// KEP-5334's own request, as /runtime.v1.RuntimeService/ImagePullProgress
+// takes it on the same socket (cri-api has no Go type for it yet). Its
+// answer is an ImagePullProgressResponse, which matches the KEP's field for
+// field.
+type RuntimeImagePullProgressRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At least one of pod_sandbox_id or container_id must be set.
+	PodSandboxId  string `protobuf:"bytes,1,opt,name=pod_sandbox_id,json=podSandboxId,proto3" json:"pod_sandbox_id,omitempty"`
+	ContainerId   string `protobuf:"bytes,2,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RuntimeImagePullProgressRequest) Reset() {
+	*x = RuntimeImagePullProgressRequest{}
+	mi := &file_pullwise_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuntimeImagePullProgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuntimeImagePullProgressRequest) ProtoMessage() {}
+
+func (x *RuntimeImagePullProgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pullwise_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuntimeImagePullProgressRequest.ProtoReflect.Descriptor instead.
+func (*RuntimeImagePullProgressRequest) Descriptor() ([]byte, []int) {
+	return file_pullwise_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RuntimeImagePullProgressRequest) GetPodSandboxId() string {
+	if x != nil {
+		return x.PodSandboxId
+	}
+	return ""
+}
+
+func (x *RuntimeImagePullProgressRequest) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
 type ListPullsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -851,7 +908,7 @@ type ListPullsRequest struct {
 
 func (x *ListPullsRequest) Reset() {
 	*x = ListPullsRequest{}
-	mi := &file_pullwise_proto_msgTypes[13]
+	mi := &file_pullwise_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +920,7 @@ func (x *ListPullsRequest) String() string {
 func (*ListPullsRequest) ProtoMessage() {}
 
 func (x *ListPullsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pullwise_proto_msgTypes[13]
+	mi := &file_pullwise_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +933,7 @@ func (x *ListPullsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPullsRequest.ProtoReflect.Descriptor instead.
 func (*ListPullsRequest) Descriptor() ([]byte, []int) {
-	return file_pullwise_proto_rawDescGZIP(), []int{13}
+	return file_pullwise_proto_rawDescGZIP(), []int{14}
 }
 
 type Pull struct {
@@ -898,7 +955,7 @@ type Pull struct {
 
 func (x *Pull) Reset() {
 	*x = Pull{}
-	mi := &file_pullwise_proto_msgTypes[14]
+	mi := &file_pullwise_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +967,7 @@ func (x *Pull) String() string {
 func (*Pull) ProtoMessage() {}
 
 func (x *Pull) ProtoReflect() protoreflect.Message {
-	mi := &file_pullwise_proto_msgTypes[14]
+	mi := &file_pullwise_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +980,7 @@ func (x *Pull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pull.ProtoReflect.Descriptor instead.
 func (*Pull) Descriptor() ([]byte, []int) {
-	return file_pullwise_proto_rawDescGZIP(), []int{14}
+	return file_pullwise_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Pull) GetImage() string {
@@ -984,7 +1041,7 @@ type ListPullsResponse struct {
 
 func (x *ListPullsResponse) Reset() {
 	*x = ListPullsResponse{}
-	mi := &file_pullwise_proto_msgTypes[15]
+	mi := &file_pullwise_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1053,7 @@ func (x *ListPullsResponse) String() string {
 func (*ListPullsResponse) ProtoMessage() {}
 
 func (x *ListPullsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pullwise_proto_msgTypes[15]
+	mi := &file_pullwise_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1066,7 @@ func (x *ListPullsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPullsResponse.ProtoReflect.Descriptor instead.
 func (*ListPullsResponse) Descriptor() ([]byte, []int) {
-	return file_pullwise_proto_rawDescGZIP(), []int{15}
+	return file_pullwise_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListPullsResponse) GetPulls() []*Pull {
@@ -1027,7 +1084,7 @@ type ListRegistriesRequest struct {
 
 func (x *ListRegistriesRequest) Reset() {
 	*x = ListRegistriesRequest{}
-	mi := &file_pullwise_proto_msgTypes[16]
+	mi := &file_pullwise_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1096,7 @@ func (x *ListRegistriesRequest) String() string {
 func (*ListRegistriesRequest) ProtoMessage() {}
 
 func (x *ListRegistriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pullwise_proto_msgTypes[16]
+	mi := &file_pullwise_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1109,7 @@ func (x *ListRegistriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegistriesRequest.ProtoReflect.Descriptor instead.
 func (*ListRegistriesRequest) Descriptor() ([]byte, []int) {
-	return file_pullwise_proto_rawDescGZIP(), []int{16}
+	return file_pullwise_proto_rawDescGZIP(), []int{17}
 }
 
 type RegistryHost struct {
@@ -1083,7 +1140,7 @@ type RegistryHost struct {
 
 func (x *RegistryHost) Reset() {
 	*x = RegistryHost{}
-	mi := &file_pullwise_proto_msgTypes[17]
+	mi := &file_pullwise_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1152,7 @@ func (x *RegistryHost) String() string {
 func (*RegistryHost) ProtoMessage() {}
 
 func (x *RegistryHost) ProtoReflect() protoreflect.Message {
-	mi := &file_pullwise_proto_msgTypes[17]
+	mi := &file_pullwise_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1165,7 @@ func (x *RegistryHost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryHost.ProtoReflect.Descriptor instead.
 func (*RegistryHost) Descriptor() ([]byte, []int) {
-	return file_pullwise_proto_rawDescGZIP(), []int{17}
+	return file_pullwise_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegistryHost) GetHost() string {
@@ -1176,7 +1233,7 @@ type ListRegistriesResponse struct {
 
 func (x *ListRegistriesResponse) Reset() {
 	*x = ListRegistriesResponse{}
-	mi := &file_pullwise_proto_msgTypes[18]
+	mi := &file_pullwise_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1245,7 @@ func (x *ListRegistriesResponse) String() string {
 func (*ListRegistriesResponse) ProtoMessage() {}
 
 func (x *ListRegistriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pullwise_proto_msgTypes[18]
+	mi := &file_pullwise_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1258,7 @@ func (x *ListRegistriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegistriesResponse.ProtoReflect.Descriptor instead.
 func (*ListRegistriesResponse) Descriptor() ([]byte, []int) {
-	return file_pullwise_proto_rawDescGZIP(), []int{18}
+	return file_pullwise_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRegistriesResponse) GetHosts() []*RegistryHost {
@@ -1272,7 +1329,10 @@ const file_pullwise_proto_rawDesc = "" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x12\x14\n" +
 	"\x05image\x18\x03 \x01(\tR\x05image\"-\n" +
 	"\x19ImagePullProgressResponse\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\"\x12\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\"j\n" +
+	"\x1fRuntimeImagePullProgressRequest\x12$\n" +
+	"\x0epod_sandbox_id\x18\x01 \x01(\tR\fpodSandboxId\x12!\n" +
+	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\"\x12\n" +
 	"\x10ListPullsRequest\"\xdb\x01\n" +
 	"\x04Pull\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x120\n" +
@@ -1335,72 +1395,73 @@ func file_pullwise_proto_rawDescGZIP() []byte {
 }
 
 var file_pullwise_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pullwise_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_pullwise_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_pullwise_proto_goTypes = []any{
-	(PullPolicy)(0),                   // 0: pullwise.cri.v1alpha1.PullPolicy
-	(*VersionRequest)(nil),            // 1: pullwise.cri.v1alpha1.VersionRequest
-	(*VersionResponse)(nil),           // 2: pullwise.cri.v1alpha1.VersionResponse
-	(*PullImageRequest)(nil),          // 3: pullwise.cri.v1alpha1.PullImageRequest
-	(*PullImageResponse)(nil),         // 4: pullwise.cri.v1alpha1.PullImageResponse
-	(*ImageStatusRequest)(nil),        // 5: pullwise.cri.v1alpha1.ImageStatusRequest
-	(*ImageStatusResponse)(nil),       // 6: pullwise.cri.v1alpha1.ImageStatusResponse
-	(*ListImagesRequest)(nil),         // 7: pullwise.cri.v1alpha1.ListImagesRequest
-	(*ImageWithSource)(nil),           // 8: pullwise.cri.v1alpha1.ImageWithSource
-	(*ListImagesResponse)(nil),        // 9: pullwise.cri.v1alpha1.ListImagesResponse
-	(*ContainerStatusRequest)(nil),    // 10: pullwise.cri.v1alpha1.ContainerStatusRequest
-	(*ContainerStatusResponse)(nil),   // 11: pullwise.cri.v1alpha1.ContainerStatusResponse
-	(*ImagePullProgressRequest)(nil),  // 12: pullwise.cri.v1alpha1.ImagePullProgressRequest
-	(*ImagePullProgressResponse)(nil), // 13: pullwise.cri.v1alpha1.ImagePullProgressResponse
-	(*ListPullsRequest)(nil),          // 14: pullwise.cri.v1alpha1.ListPullsRequest
-	(*Pull)(nil),                      // 15: pullwise.cri.v1alpha1.Pull
-	(*ListPullsResponse)(nil),         // 16: pullwise.cri.v1alpha1.ListPullsResponse
-	(*ListRegistriesRequest)(nil),     // 17: pullwise.cri.v1alpha1.ListRegistriesRequest
-	(*RegistryHost)(nil),              // 18: pullwise.cri.v1alpha1.RegistryHost
-	(*ListRegistriesResponse)(nil),    // 19: pullwise.cri.v1alpha1.ListRegistriesResponse
-	nil,                               // 20: pullwise.cri.v1alpha1.ImageStatusResponse.InfoEntry
-	nil,                               // 21: pullwise.cri.v1alpha1.ContainerStatusResponse.InfoEntry
-	nil,                               // 22: pullwise.cri.v1alpha1.RegistryHost.RequestsEntry
-	(*v1.ImageSpec)(nil),              // 23: runtime.v1.ImageSpec
-	(*v1.AuthConfig)(nil),             // 24: runtime.v1.AuthConfig
-	(*v1.PodSandboxConfig)(nil),       // 25: runtime.v1.PodSandboxConfig
-	(*v1.Image)(nil),                  // 26: runtime.v1.Image
-	(*v1.ImageFilter)(nil),            // 27: runtime.v1.ImageFilter
-	(*v1.ContainerStatus)(nil),        // 28: runtime.v1.ContainerStatus
-	(*v1.PodSandboxMetadata)(nil),     // 29: runtime.v1.PodSandboxMetadata
+	(PullPolicy)(0),                         // 0: pullwise.cri.v1alpha1.PullPolicy
+	(*VersionRequest)(nil),                  // 1: pullwise.cri.v1alpha1.VersionRequest
+	(*VersionResponse)(nil),                 // 2: pullwise.cri.v1alpha1.VersionResponse
+	(*PullImageRequest)(nil),                // 3: pullwise.cri.v1alpha1.PullImageRequest
+	(*PullImageResponse)(nil),               // 4: pullwise.cri.v1alpha1.PullImageResponse
+	(*ImageStatusRequest)(nil),              // 5: pullwise.cri.v1alpha1.ImageStatusRequest
+	(*ImageStatusResponse)(nil),             // 6: pullwise.cri.v1alpha1.ImageStatusResponse
+	(*ListImagesRequest)(nil),               // 7: pullwise.cri.v1alpha1.ListImagesRequest
+	(*ImageWithSource)(nil),                 // 8: pullwise.cri.v1alpha1.ImageWithSource
+	(*ListImagesResponse)(nil),              // 9: pullwise.cri.v1alpha1.ListImagesResponse
+	(*ContainerStatusRequest)(nil),          // 10: pullwise.cri.v1alpha1.ContainerStatusRequest
+	(*ContainerStatusResponse)(nil),         // 11: pullwise.cri.v1alpha1.ContainerStatusResponse
+	(*ImagePullProgressRequest)(nil),        // 12: pullwise.cri.v1alpha1.ImagePullProgressRequest
+	(*ImagePullProgressResponse)(nil),       // 13: pullwise.cri.v1alpha1.ImagePullProgressResponse
+	(*RuntimeImagePullProgressRequest)(nil), // 14: pullwise.cri.v1alpha1.RuntimeImagePullProgressRequest
+	(*ListPullsRequest)(nil),                // 15: pullwise.cri.v1alpha1.ListPullsRequest
+	(*Pull)(nil),                            // 16: pullwise.cri.v1alpha1.Pull
+	(*ListPullsResponse)(nil),               // 17: pullwise.cri.v1alpha1.ListPullsResponse
+	(*ListRegistriesRequest)(nil),           // 18: pullwise.cri.v1alpha1.ListRegistriesRequest
+	(*RegistryHost)(nil),                    // 19: pullwise.cri.v1alpha1.RegistryHost
+	(*ListRegistriesResponse)(nil),          // 20: pullwise.cri.v1alpha1.ListRegistriesResponse
+	nil,                                     // 21: pullwise.cri.v1alpha1.ImageStatusResponse.InfoEntry
+	nil,                                     // 22: pullwise.cri.v1alpha1.ContainerStatusResponse.InfoEntry
+	nil,                                     // 23: pullwise.cri.v1alpha1.RegistryHost.RequestsEntry
+	(*v1.ImageSpec)(nil),                    // 24: runtime.v1.ImageSpec
+	(*v1.AuthConfig)(nil),                   // 25: runtime.v1.AuthConfig
+	(*v1.PodSandboxConfig)(nil),             // 26: runtime.v1.PodSandboxConfig
+	(*v1.Image)(nil),                        // 27: runtime.v1.Image
+	(*v1.ImageFilter)(nil),                  // 28: runtime.v1.ImageFilter
+	(*v1.ContainerStatus)(nil),              // 29: runtime.v1.ContainerStatus
+	(*v1.PodSandboxMetadata)(nil),           // 30: runtime.v1.PodSandboxMetadata
 }
 var file_pullwise_proto_depIdxs = []int32{
-	23, // 0: pullwise.cri.v1alpha1.PullImageRequest.image:type_name -> runtime.v1.ImageSpec
-	24, // 1: pullwise.cri.v1alpha1.PullImageRequest.auth:type_name -> runtime.v1.AuthConfig
-	25, // 2: pullwise.cri.v1alpha1.PullImageRequest.sandbox_config:type_name -> runtime.v1.PodSandboxConfig
+	24, // 0: pullwise.cri.v1alpha1.PullImageRequest.image:type_name -> runtime.v1.ImageSpec
+	25, // 1: pullwise.cri.v1alpha1.PullImageRequest.auth:type_name -> runtime.v1.AuthConfig
+	26, // 2: pullwise.cri.v1alpha1.PullImageRequest.sandbox_config:type_name -> runtime.v1.PodSandboxConfig
 	0,  // 3: pullwise.cri.v1alpha1.PullImageRequest.pull_policy:type_name -> pullwise.cri.v1alpha1.PullPolicy
-	23, // 4: pullwise.cri.v1alpha1.ImageStatusRequest.image:type_name -> runtime.v1.ImageSpec
-	26, // 5: pullwise.cri.v1alpha1.ImageStatusResponse.image:type_name -> runtime.v1.Image
-	20, // 6: pullwise.cri.v1alpha1.ImageStatusResponse.info:type_name -> pullwise.cri.v1alpha1.ImageStatusResponse.InfoEntry
-	27, // 7: pullwise.cri.v1alpha1.ListImagesRequest.filter:type_name -> runtime.v1.ImageFilter
-	26, // 8: pullwise.cri.v1alpha1.ImageWithSource.image:type_name -> runtime.v1.Image
+	24, // 4: pullwise.cri.v1alpha1.ImageStatusRequest.image:type_name -> runtime.v1.ImageSpec
+	27, // 5: pullwise.cri.v1alpha1.ImageStatusResponse.image:type_name -> runtime.v1.Image
+	21, // 6: pullwise.cri.v1alpha1.ImageStatusResponse.info:type_name -> pullwise.cri.v1alpha1.ImageStatusResponse.InfoEntry
+	28, // 7: pullwise.cri.v1alpha1.ListImagesRequest.filter:type_name -> runtime.v1.ImageFilter
+	27, // 8: pullwise.cri.v1alpha1.ImageWithSource.image:type_name -> runtime.v1.Image
 	8,  // 9: pullwise.cri.v1alpha1.ListImagesResponse.images:type_name -> pullwise.cri.v1alpha1.ImageWithSource
-	28, // 10: pullwise.cri.v1alpha1.ContainerStatusResponse.status:type_name -> runtime.v1.ContainerStatus
-	21, // 11: pullwise.cri.v1alpha1.ContainerStatusResponse.info:type_name -> pullwise.cri.v1alpha1.ContainerStatusResponse.InfoEntry
-	29, // 12: pullwise.cri.v1alpha1.Pull.pod:type_name -> runtime.v1.PodSandboxMetadata
-	15, // 13: pullwise.cri.v1alpha1.ListPullsResponse.pulls:type_name -> pullwise.cri.v1alpha1.Pull
-	22, // 14: pullwise.cri.v1alpha1.RegistryHost.requests:type_name -> pullwise.cri.v1alpha1.RegistryHost.RequestsEntry
-	18, // 15: pullwise.cri.v1alpha1.ListRegistriesResponse.hosts:type_name -> pullwise.cri.v1alpha1.RegistryHost
+	29, // 10: pullwise.cri.v1alpha1.ContainerStatusResponse.status:type_name -> runtime.v1.ContainerStatus
+	22, // 11: pullwise.cri.v1alpha1.ContainerStatusResponse.info:type_name -> pullwise.cri.v1alpha1.ContainerStatusResponse.InfoEntry
+	30, // 12: pullwise.cri.v1alpha1.Pull.pod:type_name -> runtime.v1.PodSandboxMetadata
+	16, // 13: pullwise.cri.v1alpha1.ListPullsResponse.pulls:type_name -> pullwise.cri.v1alpha1.Pull
+	23, // 14: pullwise.cri.v1alpha1.RegistryHost.requests:type_name -> pullwise.cri.v1alpha1.RegistryHost.RequestsEntry
+	19, // 15: pullwise.cri.v1alpha1.ListRegistriesResponse.hosts:type_name -> pullwise.cri.v1alpha1.RegistryHost
 	1,  // 16: pullwise.cri.v1alpha1.Pullwise.Version:input_type -> pullwise.cri.v1alpha1.VersionRequest
 	3,  // 17: pullwise.cri.v1alpha1.Pullwise.PullImage:input_type -> pullwise.cri.v1alpha1.PullImageRequest
 	5,  // 18: pullwise.cri.v1alpha1.Pullwise.ImageStatus:input_type -> pullwise.cri.v1alpha1.ImageStatusRequest
 	7,  // 19: pullwise.cri.v1alpha1.Pullwise.ListImages:input_type -> pullwise.cri.v1alpha1.ListImagesRequest
 	10, // 20: pullwise.cri.v1alpha1.Pullwise.ContainerStatus:input_type -> pullwise.cri.v1alpha1.ContainerStatusRequest
 	12, // 21: pullwise.cri.v1alpha1.Pullwise.ImagePullProgress:input_type -> pullwise.cri.v1alpha1.ImagePullProgressRequest
-	14, // 22: pullwise.cri.v1alpha1.Pullwise.ListPulls:input_type -> pullwise.cri.v1alpha1.ListPullsRequest
-	17, // 23: pullwise.cri.v1alpha1.Pullwise.ListRegistries:input_type -> pullwise.cri.v1alpha1.ListRegistriesRequest
+	15, // 22: pullwise.cri.v1alpha1.Pullwise.ListPulls:input_type -> pullwise.cri.v1alpha1.ListPullsRequest
+	18, // 23: pullwise.cri.v1alpha1.Pullwise.ListRegistries:input_type -> pullwise.cri.v1alpha1.ListRegistriesRequest
 	2,  // 24: pullwise.cri.v1alpha1.Pullwise.Version:output_type -> pullwise.cri.v1alpha1.VersionResponse
 	4,  // 25: pullwise.cri.v1alpha1.Pullwise.PullImage:output_type -> pullwise.cri.v1alpha1.PullImageResponse
 	6,  // 26: pullwise.cri.v1alpha1.Pullwise.ImageStatus:output_type -> pullwise.cri.v1alpha1.ImageStatusResponse
 	9,  // 27: pullwise.cri.v1alpha1.Pullwise.ListImages:output_type -> pullwise.cri.v1alpha1.ListImagesResponse
 	11, // 28: pullwise.cri.v1alpha1.Pullwise.ContainerStatus:output_type -> pullwise.cri.v1alpha1.ContainerStatusResponse
 	13, // 29: pullwise.cri.v1alpha1.Pullwise.ImagePullProgress:output_type -> pullwise.cri.v1alpha1.ImagePullProgressResponse
-	16, // 30: pullwise.cri.v1alpha1.Pullwise.ListPulls:output_type -> pullwise.cri.v1alpha1.ListPullsResponse
-	19, // 31: pullwise.cri.v1alpha1.Pullwise.ListRegistries:output_type -> pullwise.cri.v1alpha1.ListRegistriesResponse
+	17, // 30: pullwise.cri.v1alpha1.Pullwise.ListPulls:output_type -> pullwise.cri.v1alpha1.ListPullsResponse
+	20, // 31: pullwise.cri.v1alpha1.Pullwise.ListRegistries:output_type -> pullwise.cri.v1alpha1.ListRegistriesResponse
 	24, // [24:32] is the sub-list for method output_type
 	16, // [16:24] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
@@ -1419,7 +1480,7 @@ func file_pullwise_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pullwise_proto_rawDesc), len(file_pullwise_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
