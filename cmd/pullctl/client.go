@@ -24,6 +24,7 @@ type client struct {
 	runtime  criapi.RuntimeServiceClient
 	images   criapi.ImageServiceClient
 	pullwise api.PullwiseClient
+	timeout  time.Duration
 }
 
 func dial(cmd *cli.Command) (*client, error) {
@@ -53,18 +54,35 @@ func dial(cmd *cli.Command) (*client, error) {
 func (c *client) Close() error { return c.conn.Close() }
 
 // withClient gives a command's action a connected client and a context
-// bounded by --timeout.
+// bounded by --timeout, for commands made of short calls.
 func withClient(action func(context.Context, *cli.Command, *client) error) cli.ActionFunc {
+	return withLongClient(func(ctx context.Context, cmd *cli.Command, c *client) error {
+		ctx, cancel := c.short(ctx)
+		defer cancel()
+		return action(ctx, cmd, c)
+	})
+}
+
+// withLongClient is withClient for commands that last as long as a pull:
+// their context ends only with Ctrl-C, and each short call they make is
+// bounded by c.short. A clock would fail any large image on a real link,
+// and the runtime already gives up on a pull that stops making progress
+// (CRI's image_pull_progress_timeout).
+func withLongClient(action func(context.Context, *cli.Command, *client) error) cli.ActionFunc {
 	return func(ctx context.Context, cmd *cli.Command) error {
 		c, err := dial(cmd)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		ctx, cancel := context.WithTimeout(ctx, cmd.Duration("timeout"))
-		defer cancel()
+		c.timeout = cmd.Duration("timeout")
 		return action(ctx, cmd, c)
 	}
+}
+
+// short bounds one call by --timeout, as crictl does.
+func (c *client) short(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.timeout)
 }
 
 // explain turns a gRPC error into a message a user can act on; an
@@ -84,7 +102,9 @@ func (c *client) explain(what string, err error) error {
 		}
 		return fmt.Errorf("cannot reach the runtime at %s: %s", c.endpoint, st.Message())
 	case codes.DeadlineExceeded:
-		return fmt.Errorf("%s: no answer from %s within --timeout", what, c.endpoint)
+		return fmt.Errorf("%s: no answer from %s within the timeout", what, c.endpoint)
+	case codes.Canceled:
+		return fmt.Errorf("%s: cancelled", what)
 	case codes.Unimplemented:
 		return fmt.Errorf("%s: the runtime at %s does not serve this (%s); is it a Pullwise containerd?", what, c.endpoint, st.Message())
 	case codes.NotFound:

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -16,7 +18,11 @@ import (
 const defaultEndpoint = "unix:///run/containerd/containerd.sock"
 
 func main() {
-	if err := app().Run(context.Background(), os.Args); err != nil {
+	// Ctrl-C cancels what is running, a pull included, which leaves the
+	// runtime's queue; a second Ctrl-C ends pullctl at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	if err := app().Run(ctx, os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "pullctl:", err)
 		os.Exit(1)
 	}
@@ -37,7 +43,7 @@ func app() *cli.Command {
 			},
 			&cli.DurationFlag{
 				Name:  "timeout",
-				Usage: "timeout of each call to the runtime",
+				Usage: "timeout of connecting and of each short call to the runtime; pulls and progress streams last as long as they take (see pull --pull-timeout)",
 				Value: 10 * time.Second,
 			},
 		},

@@ -41,13 +41,15 @@ func progressCommand() *cli.Command {
 			&cli.StringFlag{Name: "image", Usage: "watch the pulls of an image reference"},
 			&cli.BoolFlag{Name: "print-url", Usage: "print the stream URL and exit"},
 		},
-		Action: withClient(func(ctx context.Context, cmd *cli.Command, c *client) error {
+		Action: withLongClient(func(ctx context.Context, cmd *cli.Command, c *client) error {
 			req := &api.ImagePullProgressRequest{
 				PodSandboxId: cmd.Args().First(),
 				ContainerId:  cmd.String("container"),
 				Image:        cmd.String("image"),
 			}
-			resp, err := c.pullwise.ImagePullProgress(ctx, req)
+			sctx, cancel := c.short(ctx)
+			defer cancel()
+			resp, err := c.pullwise.ImagePullProgress(sctx, req)
 			if err != nil {
 				return c.explain("image pull progress", err)
 			}
@@ -55,8 +57,8 @@ func progressCommand() *cli.Command {
 				fmt.Fprintln(cmd.Root().Writer, resp.GetUrl())
 				return nil
 			}
-			// The stream lasts as long as the pulls, not --timeout.
-			return watch(context.WithoutCancel(ctx), resp.GetUrl(), cmd.Root().Writer, bars(cmd))
+			// The stream lasts as long as the pulls, until Ctrl-C.
+			return watch(ctx, resp.GetUrl(), cmd.Root().Writer, bars(cmd))
 		}),
 	}
 }

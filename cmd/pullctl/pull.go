@@ -50,8 +50,9 @@ func pullCommand() *cli.Command {
 				},
 			},
 			&cli.StringFlag{Name: "creds", Usage: "registry credentials as USER:PASSWORD"},
+			&cli.DurationFlag{Name: "pull-timeout", Usage: "give up on the pull after this long, waiting in the queue included; 0 waits as long as the pull makes progress"},
 		},
-		Action: withClient(func(ctx context.Context, cmd *cli.Command, c *client) error {
+		Action: withLongClient(func(ctx context.Context, cmd *cli.Command, c *client) error {
 			ref := cmd.Args().First()
 			if ref == "" {
 				return fmt.Errorf("pull needs an image reference")
@@ -63,6 +64,11 @@ func pullCommand() *cli.Command {
 			if creds := cmd.String("creds"); creds != "" {
 				user, pass, _ := strings.Cut(creds, ":")
 				req.Auth = &criapi.AuthConfig{Username: user, Password: pass}
+			}
+			if d := cmd.Duration("pull-timeout"); d > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, d)
+				defer cancel()
 			}
 			stopBars := showBars(ctx, cmd, c, ref)
 			resp, err := c.pullwise.PullImage(ctx, req)
@@ -102,7 +108,9 @@ func showBars(ctx context.Context, cmd *cli.Command, c *client, ref string) (sto
 	if !bars(cmd) {
 		return func() {}
 	}
-	resp, err := c.pullwise.ImagePullProgress(ctx, &api.ImagePullProgressRequest{Image: ref})
+	sctx, cancel := c.short(ctx)
+	defer cancel()
+	resp, err := c.pullwise.ImagePullProgress(sctx, &api.ImagePullProgressRequest{Image: ref})
 	if err != nil {
 		return func() {}
 	}
