@@ -9,12 +9,8 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
-	"text/tabwriter"
-	"time"
 
-	"github.com/containerd/containerd/v2/pkg/progress"
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
@@ -87,6 +83,7 @@ func watch(ctx context.Context, url string, out io.Writer, drawBars bool) error 
 	var view *barView
 	if drawBars {
 		view = newBarView(out)
+		defer view.finish()
 	}
 	var failed []string
 	sc := bufio.NewScanner(resp.Body)
@@ -104,9 +101,6 @@ func watch(ctx context.Context, url string, out io.Writer, drawBars bool) error 
 		}
 		fmt.Fprintln(out, sc.Text())
 	}
-	if view != nil {
-		view.draw(true)
-	}
 	if err := sc.Err(); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("progress stream: %w", err)
 	}
@@ -114,90 +108,6 @@ func watch(ctx context.Context, url string, out io.Writer, drawBars bool) error 
 		return fmt.Errorf("pull failed: %s", strings.Join(failed, "; "))
 	}
 	return nil
-}
-
-// barView draws one bar per layer and one per image, with bytes, speed
-// and ETA, redrawn in place by containerd's progress writer (as ctr does).
-type barView struct {
-	w      *progress.Writer
-	start  time.Time
-	last   time.Time
-	rows   map[string]*row
-	order  []string
-	images map[string]bool
-}
-
-type row struct {
-	l     line
-	first time.Time // when progress was first seen
-	base  int64     // progress at first
-}
-
-func newBarView(out io.Writer) *barView {
-	return &barView{w: progress.NewWriter(out), start: time.Now(), rows: map[string]*row{}, images: map[string]bool{}}
-}
-
-func (v *barView) update(l line) {
-	key := l.Image + " " + l.Layer
-	r := v.rows[key]
-	if r == nil {
-		r = &row{first: time.Now(), base: l.Progress}
-		v.rows[key] = r
-		v.order = append(v.order, key)
-	}
-	r.l = l
-	v.draw(false)
-}
-
-func (v *barView) draw(final bool) {
-	if !final && time.Since(v.last) < 100*time.Millisecond {
-		return
-	}
-	v.last = time.Now()
-	tw := tabwriter.NewWriter(v.w, 1, 8, 2, ' ', 0)
-	keys := slices.Clone(v.order)
-	// Layers under their image, image summary last.
-	slices.SortStableFunc(keys, func(a, b string) int {
-		ra, rb := v.rows[a].l, v.rows[b].l
-		if c := strings.Compare(ra.Image, rb.Image); c != 0 {
-			return c
-		}
-		return boolCmp(ra.Layer == "", rb.Layer == "")
-	})
-	for _, k := range keys {
-		r := v.rows[k]
-		name := shortDigest(r.l.Layer)
-		if r.l.Layer == "" {
-			name = r.l.Image
-		}
-		frac := 0.0
-		if r.l.Total > 0 {
-			frac = float64(r.l.Progress) / float64(r.l.Total)
-		}
-		elapsed := time.Since(r.first)
-		speed := progress.NewBytesPerSecond(r.l.Progress-r.base, elapsed)
-		eta := "-"
-		if rate := float64(r.l.Progress-r.base) / elapsed.Seconds(); rate > 0 && r.l.Total > r.l.Progress {
-			eta = (time.Duration(float64(r.l.Total-r.l.Progress)/rate) * time.Second).Round(time.Second).String()
-		}
-		status := fmt.Sprintf("%s/%s", progress.Bytes(r.l.Progress), progress.Bytes(r.l.Total))
-		if r.l.Error != "" {
-			status = "error: " + r.l.Error
-		}
-		fmt.Fprintf(tw, "%s\t%40r\t%s\t%s\tETA %s\t\n", name, progress.Bar(frac), status, speed, eta)
-	}
-	tw.Flush()
-	v.w.Flush()
-}
-
-func boolCmp(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
 }
 
 func shortDigest(d string) string {
