@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -16,13 +14,9 @@ import (
 // statusJSON is crictl's inspect shape, {"status": …, "info": …}, with the
 // Pullwise field added inside status.
 func statusJSON(status proto.Message, extraKey, extraValue string, info map[string]string) (map[string]any, error) {
-	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(status)
+	st, err := jsonTree(status)
 	if err != nil {
-		return nil, fmt.Errorf("encode status: %w", err)
-	}
-	var st map[string]any
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("decode status: %w", err)
+		return nil, err
 	}
 	st[extraKey] = extraValue
 	out := map[string]any{"status": st}

@@ -17,17 +17,11 @@ import (
 // numbers (see numbers).
 func printJSON(w io.Writer, v any) error {
 	if m, ok := v.(proto.Message); ok {
-		b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
+		tree, err := jsonTree(m)
 		if err != nil {
-			return fmt.Errorf("encode json: %w", err)
+			return err
 		}
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.UseNumber()
-		var tree any
-		if err := d.Decode(&tree); err != nil {
-			return fmt.Errorf("encode json: %w", err)
-		}
-		v = numbers(m.ProtoReflect().Descriptor(), tree)
+		v = tree
 	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -35,6 +29,24 @@ func printJSON(w io.Writer, v any) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
+}
+
+// jsonTree is m as protojson writes it, every field present, decoded into
+// maps and slices for pullctl to add its fields, with 64-bit integers as
+// numbers.
+func jsonTree(m proto.Message) (map[string]any, error) {
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode json: %w", err)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var tree map[string]any
+	if err := d.Decode(&tree); err != nil {
+		return nil, fmt.Errorf("decode json: %w", err)
+	}
+	numbers(m.ProtoReflect().Descriptor(), tree)
+	return tree, nil
 }
 
 // numbers turns the quoted 64-bit integers of protojson's output back into
