@@ -941,7 +941,8 @@ type Pull struct {
 	Image string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
 	// Pod that asked for the pull, when known.
 	Pod *v1.PodSandboxMetadata `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
-	// "waiting" or "pulling".
+	// "waiting" for a slot, "pulling", or "unpacking" (all bytes in, slot
+	// released).
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// Time spent waiting for a slot, in milliseconds.
 	WaitedMs   int64 `protobuf:"varint,4,opt,name=waited_ms,json=waitedMs,proto3" json:"waited_ms,omitempty"`
