@@ -3,11 +3,15 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+	"github.com/pullwise/pullwise/integration/daemon"
 	"github.com/pullwise/pullwise/integration/registry"
 )
 
@@ -140,5 +144,62 @@ func TestProgressOfPods(t *testing.T) {
 	out, err := e.pullctl("progress", "--print-url", podA)
 	if err != nil || !strings.HasPrefix(strings.TrimSpace(out), "http://127.0.0.1:") {
 		t.Fatalf("pullctl progress --print-url POD (err %v):\n%s", err, out)
+	}
+}
+
+// TestPullctlPodProgressOnATerminal: `pullctl progress POD` on a real
+// terminal shows each of the pod's images with the sum of its layers and
+// one total line for the pod, redrawn in place, and exits 0 when the pod's
+// pulls are done.
+func TestPullctlPodProgressOnATerminal(t *testing.T) {
+	e, _ := newPodEnv(t, envOptions{})
+	web := e.push("pod/web", "v1", registry.Image{Layers: []int64{768 << 10, 256 << 10}, Seed: 9700})
+	side := e.push("pod/side", "v1", registry.Image{Layers: []int64{1 << 20}, Seed: 9701})
+	podID, podCfg := e.runPod(t, "bars")
+	throttleBlobs(e.upstream, 192<<10)
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	for _, img := range []registry.Pushed{web, side} {
+		go func() { _, err := e.images.PullImage(ctx, criImage(img.Ref), nil, podCfg); errs <- err }()
+	}
+	eventually(t, 30*time.Second, "both pulls in flight", func() bool { return e.pullsIn("pulling") == 2 })
+
+	term := newTerminal(t, 120, 20, fmt.Sprintf("%s -r %s progress %s", daemon.Bin("pullctl"), e.d.Endpoint(), podID))
+	imageLine := func(ref, done string) *regexp.Regexp {
+		return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(ref) + `\s+\[[=>-]+\]\s+` + done + ` (KiB|MiB) / 1\.0 MiB`)
+	}
+	total := regexp.MustCompile(`(?m)^total\s+\[[=>-]+\]\s+\d+\.\d (KiB|MiB) / 2\.0 MiB`)
+	var seen string
+	eventually(t, time.Minute, "both images and the total part-way", func() bool {
+		s := term.screen()
+		seen = s
+		return imageLine(web.Ref, `\d+\.\d`).MatchString(s) && imageLine(side.Ref, `\d+\.\d`).MatchString(s) &&
+			total.MatchString(s) && !strings.Contains(s, "done")
+	})
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var final string
+	eventually(t, time.Minute, "pullctl progress ends", func() bool {
+		final = term.screen()
+		return strings.Contains(final, "exit=")
+	})
+	t.Logf("mid-way:\n%s\nend:\n%s", seen, final)
+	if !strings.Contains(final, "exit=0") {
+		t.Fatalf("pullctl progress POD did not exit 0:\n%s", final)
+	}
+	for _, re := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(web.Ref) + `\s+\[=+\]\s+1\.0 MiB / 1\.0 MiB .*done`),
+		regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(side.Ref) + `\s+\[=+\]\s+1\.0 MiB / 1\.0 MiB .*done`),
+		regexp.MustCompile(`(?m)^total\s+\[=+\]\s+2\.0 MiB / 2\.0 MiB .*done`),
+	} {
+		if !re.MatchString(final) {
+			t.Errorf("the last screen lacks %s", re)
+		}
+	}
+	if n, top := term.scrolled(); n != "0" || !top {
+		t.Fatalf("%s lines scrolled off the terminal (first line still on top: %v)", n, top)
 	}
 }
