@@ -21,6 +21,9 @@ func (s *Service) ExtraMethods() map[string]grpc.StreamHandler {
 
 func (s *Service) runtimeImagePullProgress(_ any, stream grpc.ServerStream) error {
 	var req api.RuntimeImagePullProgressRequest
+	// A request that does not decode has already been answered by grpc-go
+	// with Internal, as gRPC's status code table asks for "error parsing
+	// request proto", like every registered method.
 	if err := stream.RecvMsg(&req); err != nil {
 		return err
 	}
