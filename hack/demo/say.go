@@ -52,6 +52,11 @@ func (d *demo) pause(ctx context.Context) error {
 	if d.enter == nil {
 		return ctx.Err()
 	}
+	// Forget Enter pressed while the step ran.
+	select {
+	case <-d.enter:
+	default:
+	}
 	fmt.Fprint(d.out, "\n[Enter: next step, Ctrl-C: stop]")
 	select {
 	case <-d.enter:
@@ -73,7 +78,8 @@ func (d *demo) pullctl(ctx context.Context, args ...string) *exec.Cmd {
 func (d *demo) show(ctx context.Context, args ...string) error {
 	fmt.Fprintf(d.out, "$ pullctl %s\n", strings.Join(args, " "))
 	cmd := d.pullctl(ctx, args...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	// Stdin too: the bars measure the terminal through it.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("pullctl %s: %w", strings.Join(args, " "), err)
 	}

@@ -37,9 +37,13 @@ var (
 )
 
 func (d *demo) run(ctx context.Context) error {
-	for _, step := range []func(context.Context) error{d.setup, d.firstPull, d.images, d.fastPath, d.limit, d.mirrorDown} {
+	all := []func(context.Context) error{d.setup, d.firstPull, d.images, d.fastPath, d.limit, d.mirrorDown}
+	for i, step := range all {
 		if err := step(ctx); err != nil {
 			return err
+		}
+		if i == len(all)-1 {
+			return nil
 		}
 		if err := d.pause(ctx); err != nil {
 			return err
@@ -59,8 +63,7 @@ func (d *demo) setup(ctx context.Context) error {
 	}
 	link := fmt.Sprintf("%s, %s/s", s.wan.Latency, units.BytesSize(float64(s.wan.BytesPerSecond)))
 	d.note("upstream  %s  a registry behind a simulated WAN link (%s)", s.upstream.Host(), link)
-	d.note("mirror    %s  a pull-through cache of upstream, first in %s/%s/hosts.toml (same link)",
-		s.mirror.Host(), s.path("certs.d"), s.upstream.Host())
+	d.note("mirror    %s  a pull-through cache of upstream, same link, first in hosts.toml", s.mirror.Host())
 	var names []string
 	for _, img := range append(append([]demoImage{web}, burst...), batch, report) {
 		if _, err := s.upstreamReg.PushContext(ctx, img.repo, img.tag, registry.Image{Layers: img.layers, Seed: img.seed}); err != nil {
@@ -68,16 +71,17 @@ func (d *demo) setup(ctx context.Context) error {
 		}
 		names = append(names, fmt.Sprintf("%s:%s (%s)", img.repo, img.tag, units.BytesSize(float64(img.size()))))
 	}
-	d.note("images    seeded on upstream: %s", strings.Join(names, ", "))
+	d.note("images    on upstream: %s", strings.Join(names[:4], ", "))
+	d.note("          %s", strings.Join(names[4:], ", "))
 	if err := s.writeConfig(d.contrib); err != nil {
 		return err
 	}
 	if err := s.startContainerd(ctx); err != nil {
 		return err
 	}
-	d.note("daemon    bin/containerd with %s, but max_parallel_image_pulls = %d and paths under %s", d.contrib, s.maxPulls, s.dir)
-	d.note("          config %s, log %s", s.path("config.toml"), s.path("containerd.log"))
-	d.note("pullctl below runs as: bin/pullctl -r unix://%s ...", s.path("containerd.sock"))
+	d.note("daemon    bin/containerd with %s, max_parallel_image_pulls = %d", d.contrib, s.maxPulls)
+	d.note("          and paths under %s (config.toml, containerd.log)", s.dir)
+	d.note("pullctl   bin/pullctl -r unix://%s", s.path("containerd.sock"))
 	return nil
 }
 
@@ -159,8 +163,9 @@ func (d *demo) limit(ctx context.Context) error {
 	for _, img := range burst {
 		pulls = append(pulls, d.pullInBackground(ctx, d.s.ref(img)))
 	}
+	// Shown once bytes flow, so the listing has progress to show.
 	err := d.awaitPulls(ctx, "queued pulls", func(ps []*api.Pull) bool {
-		return len(ps) == len(burst) && count(ps, "waiting") > 0
+		return len(ps) == len(burst) && count(ps, "waiting") > 0 && count(ps, "pulling") == flowing(ps)
 	})
 	if err != nil {
 		return err
@@ -168,14 +173,35 @@ func (d *demo) limit(ctx context.Context) error {
 	if err := d.show(ctx, "pulls"); err != nil {
 		return err
 	}
-	d.note("max_parallel_image_pulls = %d: that many pull, the others wait for a slot in FIFO", d.s.maxPulls)
-	d.note("order (pull_queue_timeout bounds the wait). What each pullctl printed:")
+	d.note("max_parallel_image_pulls = %d: two pulls transfer, the others wait for a slot,", d.s.maxPulls)
+	d.note("first come first served (pull_queue_timeout would bound the wait). A moment later:")
+	err = d.awaitPulls(ctx, "the queue to drain", func(ps []*api.Pull) bool {
+		return len(ps) > 0 && len(ps) < len(burst) && count(ps, "waiting") == 0 && count(ps, "pulling") == flowing(ps)
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.show(ctx, "pulls"); err != nil {
+		return err
+	}
+	d.note("The first two have their layers and gave their slots to the waiting ones. What each pullctl printed:")
 	for _, p := range pulls {
 		if err := d.wait(ctx, p); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// flowing counts the pulls that have received layer bytes.
+func flowing(ps []*api.Pull) int {
+	n := 0
+	for _, p := range ps {
+		if p.GetBytesDone() > mib/4 {
+			n++
+		}
+	}
+	return n
 }
 
 func count(ps []*api.Pull, state string) int {
@@ -241,7 +267,11 @@ func (d *demo) mirrorDown(ctx context.Context) error {
 		return err
 	}
 	d.note("It came from upstream %s: the node sent none of its %d requests to the mirror.", s.upstream.Host(), skipped-skippedBefore)
-	return d.show(ctx, "images")
+	if err := d.show(ctx, "images"); err != nil {
+		return err
+	}
+	d.note("All but %s came through the mirror %s.", report.repo, s.mirror.Host())
+	return nil
 }
 
 // short is a digest cut to what a person reads: sha256:0123456789ab.
