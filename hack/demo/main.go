@@ -26,7 +26,11 @@ import (
 	"github.com/pullwise/pullwise/integration/registry"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run runs the demo and returns the exit status: 0 when every step ran,
+// 1 on an error, 2 when it cannot start, 130 when interrupted.
+func run() int {
 	dir := flag.String("dir", "_demo", "directory for everything the demo starts; its old contents are replaced")
 	bin := flag.String("bin", "bin", "directory holding containerd and pullctl (make build)")
 	contrib := flag.String("config", "contrib/config.toml", "example config the daemon's config starts from")
@@ -36,12 +40,12 @@ func main() {
 
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "pullwise-demo needs root: containerd mounts image snapshots. Run 'sudo make demo'.")
-		os.Exit(2)
+		return 2
 	}
 	for _, name := range []string{"containerd", "pullctl"} {
 		if _, err := os.Stat(filepath.Join(*bin, name)); err != nil {
 			fmt.Fprintf(os.Stderr, "pullwise-demo: %v: run 'make build' first\n", err)
-			os.Exit(2)
+			return 2
 		}
 	}
 	absDir, err := filepath.Abs(*dir)
@@ -50,12 +54,15 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pullwise-demo: %v\n", err)
-		os.Exit(2)
+		return 2
 	}
 
+	// Signals stay caught until run returns, so a second ^C does not cut
+	// the cleanup short.
 	sig, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	ctx, cancel := context.WithCancel(sig)
+	defer cancel()
 
 	s := &stack{
 		dir: absDir, bin: *bin, maxPulls: 2,
@@ -92,16 +99,17 @@ func main() {
 	d.bg.Wait()
 	if stopErr := s.stop(); stopErr != nil {
 		fmt.Fprintf(os.Stderr, "pullwise-demo: cleanup: %v\n", stopErr)
-		os.Exit(1)
+		return 1
 	}
 	fmt.Fprintf(d.out, "containerd and both registries stopped; nothing is mounted under %s.\n", s.dir)
 	fmt.Fprintf(d.out, "Kept for a look: config.toml, certs.d/, containerd.log and registries.log in %s.\n", s.dir)
 	switch {
 	case interrupted:
-		os.Exit(130)
+		return 130
 	case err != nil:
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // prepare empties dir of an earlier run, so the first pull is a first
