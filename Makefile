@@ -38,6 +38,15 @@ run: build
 	$(BIN)/containerd --config contrib/config.toml \
 		--root $(RUN_DIR)/root --state $(RUN_DIR)/state --address $(RUN_DIR)/containerd.sock
 
+# Pullwise at work on this machine alone: loopback registry and mirror,
+# containerd and pullctl, everything under ./_demo and stopped on exit or ^C.
+.PHONY: demo
+demo: build
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "demo: needs root, as containerd mounts image snapshots (run 'sudo make demo')"; exit 1; fi
+	$(GO) build -o $(BIN)/pullwise-demo ./hack/demo
+	$(BIN)/pullwise-demo -dir $(CURDIR)/_demo -bin $(BIN) -config contrib/config.toml
+
 vet:
 	$(GO) vet ./...
 

@@ -3,11 +3,8 @@ package integration
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,15 +95,7 @@ func (e *env) writeHosts() {
 // every pull, so no restart is needed.
 func (e *env) writeHostsFor(host, server, mirror string, caps ...string) {
 	e.t.Helper()
-	dir := filepath.Join(e.hostsDir, host)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		e.t.Fatal(err)
-	}
-	hosts := fmt.Sprintf("server = %q\n", server)
-	if mirror != "" {
-		hosts += fmt.Sprintf("\n[host.%q]\n  capabilities = [%s]\n", mirror, `"`+strings.Join(caps, `", "`)+`"`)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+	if err := registry.WriteHosts(e.hostsDir, host, server, mirror, caps...); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -325,32 +325,66 @@ func FreeAddr(t testing.TB) string {
 // snapshotter picks overlayfs when an overlay mounts in dir's filesystem,
 // since the test root lives there, and native otherwise.
 func snapshotter(t testing.TB, dir string) string {
+	name, err := ProbeSnapshotter(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != "overlayfs" {
+		t.Logf("overlay does not mount in %s: using the %s snapshotter", dir, name)
+	}
+	return name
+}
+
+// ProbeSnapshotter returns "overlayfs" when an overlay mounts in dir's
+// filesystem and "native" otherwise.
+func ProbeSnapshotter(dir string) (string, error) {
 	probe := filepath.Join(dir, "overlay-probe")
 	lower, upper, work, merged := filepath.Join(probe, "l"), filepath.Join(probe, "u"), filepath.Join(probe, "w"), filepath.Join(probe, "m")
 	for _, p := range []string{lower, upper, work, merged} {
 		if err := os.MkdirAll(p, 0o700); err != nil {
-			t.Fatal(err)
+			return "", fmt.Errorf("probe overlay: %w", err)
 		}
 	}
 	defer os.RemoveAll(probe)
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
 	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
-		t.Logf("overlay does not mount here (%v): using the native snapshotter", err)
-		return "native"
+		return "native", nil
 	}
 	_ = unix.Unmount(merged, 0)
-	return "overlayfs"
+	return "overlayfs", nil
 }
 
-// UnmountUnder unmounts every mount at or below dir, deepest first.
+// UnmountUnder unmounts every mount at or below dir, deepest first, and
+// fails t for each that stays.
+func UnmountUnder(t testing.TB, dir string) {
+	if err := Unmount(dir); err != nil {
+		t.Error(err)
+	}
+}
+
+// Unmount unmounts every mount at or below dir, deepest first.
 // containerd leaves snapshot and shm mounts behind when it is killed;
 // kubelet bind-mounts its root dir onto itself. A mount already gone
 // (EINVAL) is no error.
-func UnmountUnder(t testing.TB, dir string) {
+func Unmount(dir string) error {
+	points, err := MountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := len(points) - 1; i >= 0; i-- {
+		if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", points[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// MountsUnder lists the mount points at or below dir, parents first.
+func MountsUnder(dir string) ([]string, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		t.Errorf("read mountinfo: %v", err)
-		return
+		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
 	var points []string
 	for _, line := range strings.Split(string(b), "\n") {
@@ -359,11 +393,7 @@ func UnmountUnder(t testing.TB, dir string) {
 			points = append(points, f[4])
 		}
 	}
-	for i := len(points) - 1; i >= 0; i-- {
-		if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			t.Errorf("unmount %s: %v", points[i], err)
-		}
-	}
+	return points, nil
 }
 
 func (d *Daemon) readyTimeout() time.Duration {

@@ -281,12 +281,21 @@ func (w *wordReader) Read(p []byte) (int, error) {
 // it out of assertions. Call only from the test goroutine.
 func (r *Registry) Push(t testing.TB, repo, tag string, img Image) Pushed {
 	t.Helper()
-	ref := r.Host() + "/" + repo + ":" + tag
-	p, err := push(t.Context(), ref, img)
+	p, err := r.PushContext(t.Context(), repo, tag, img)
 	if err != nil {
-		t.Fatalf("registry %s: push %s: %v", r.name, ref, err)
+		t.Fatal(err)
 	}
 	return p
+}
+
+// PushContext is Push for programs outside tests.
+func (r *Registry) PushContext(ctx context.Context, repo, tag string, img Image) (Pushed, error) {
+	ref := r.Host() + "/" + repo + ":" + tag
+	p, err := push(ctx, ref, img)
+	if err != nil {
+		return Pushed{}, fmt.Errorf("registry %s: push %s: %w", r.name, ref, err)
+	}
+	return p, nil
 }
 
 func push(ctx context.Context, ref string, img Image) (Pushed, error) {

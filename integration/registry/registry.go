@@ -39,6 +39,7 @@ type Registry struct {
 	app      *handlers.App
 	recorder *recorder
 	faults   atomic.Pointer[FaultFunc]
+	close    func() error
 }
 
 // shutdownGrace bounds how long cleanup waits for in-flight requests before
@@ -67,15 +68,28 @@ func quietLogs() {
 // 127.0.0.1 and stops it when the test ends.
 func Start(t testing.TB, opts Options) *Registry {
 	t.Helper()
+	r, err := New(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return r
+}
+
+// New runs a registry with filesystem storage in root on 127.0.0.1 until
+// Close, for programs outside tests (the demo).
+func New(root string, opts Options) (*Registry, error) {
 	if opts.Name == "" {
 		opts.Name = "registry"
 	}
 	quietLogs()
-	root := t.TempDir()
-
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("registry %s: listen: %v", opts.Name, err)
+		return nil, fmt.Errorf("registry %s: listen: %w", opts.Name, err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -83,7 +97,7 @@ func Start(t testing.TB, opts Options) *Registry {
 	if err != nil {
 		cancel()
 		_ = ln.Close()
-		t.Fatalf("registry %s: %v", opts.Name, err)
+		return nil, fmt.Errorf("registry %s: %w", opts.Name, err)
 	}
 
 	r := &Registry{
@@ -96,15 +110,19 @@ func Start(t testing.TB, opts Options) *Registry {
 	srv.SetKeepAlivesEnabled(!opts.DisableKeepAlives)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-
-	t.Cleanup(func() {
+	r.close = func() error {
 		defer cancel()
 		if err := r.stop(srv, served); err != nil {
-			t.Errorf("registry %s: %v", r.name, err)
+			return fmt.Errorf("registry %s: %w", r.name, err)
 		}
-	})
-	return r
+		return nil
+	}
+	return r, nil
 }
+
+// Close stops the registry: it drains requests (cutting them after a
+// grace period) and shuts the app down. Call it once.
+func (r *Registry) Close() error { return r.close() }
 
 // newApp turns NewApp's configuration panics into errors.
 func newApp(ctx context.Context, cfg *configuration.Configuration) (app *handlers.App, err error) {

@@ -3,8 +3,10 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,24 +98,76 @@ func (w *sharedRateWriter) Unwrap() http.ResponseWriter { return w.ResponseWrite
 // says. The listener stops when the test ends.
 func (r *Registry) ServeWAN(t testing.TB, p WAN) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	f, err := r.ListenWAN(p)
 	if err != nil {
-		t.Fatalf("registry %s: WAN listener: %v", r.name, err)
+		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: p.Handler(r), ReadHeaderTimeout: 30 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	// Registered after Start's cleanup, so it runs first: the front stops
 	// before the registry behind it.
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			_ = srv.Close()
-		}
-		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("registry %s: WAN listener: %v", r.name, err)
+		if err := f.Close(); err != nil {
+			t.Error(err)
 		}
 	})
-	return ln.Addr().String()
+	return f.Host()
+}
+
+// Front is a Registry served behind a WAN profile on its own loopback port.
+type Front struct {
+	name   string
+	host   string
+	srv    *http.Server
+	served chan error
+	once   sync.Once
+	err    error
+}
+
+// ListenWAN is ServeWAN for programs outside tests: the front runs until
+// Close or Cut.
+func (r *Registry) ListenWAN(p WAN) (*Front, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("registry %s: WAN listener: %w", r.name, err)
+	}
+	f := &Front{
+		name:   r.name,
+		host:   ln.Addr().String(),
+		srv:    &http.Server{Handler: p.Handler(r), ReadHeaderTimeout: 30 * time.Second},
+		served: make(chan error, 1),
+	}
+	go func() { f.served <- f.srv.Serve(ln) }()
+	return f, nil
+}
+
+// Host returns the front's "127.0.0.1:PORT".
+func (f *Front) Host() string { return f.host }
+
+// URL returns "http://127.0.0.1:PORT".
+func (f *Front) URL() string { return "http://" + f.host }
+
+// Close stops the front, giving in-flight requests a grace period. Later
+// calls (and Cut) return the first call's result.
+func (f *Front) Close() error {
+	return f.stop(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		if err := f.srv.Shutdown(ctx); err != nil {
+			return f.srv.Close()
+		}
+		return nil
+	})
+}
+
+// Cut stops the front at once, the way a host that crashes goes away: the
+// listener closes and every open connection drops, mid-response or not.
+func (f *Front) Cut() error { return f.stop(f.srv.Close) }
+
+func (f *Front) stop(how func() error) error {
+	f.once.Do(func() {
+		_ = how()
+		if err := <-f.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			f.err = fmt.Errorf("registry %s: WAN listener: %w", f.name, err)
+		}
+	})
+	return f.err
 }

@@ -84,3 +84,28 @@ func TestServeWAN(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond)
 	require.Equal(t, 1, r.Count(func(req Request) bool { return req.Kind == KindBlob && req.Status == 200 }))
 }
+
+// Cut drops a response mid-body and refuses new connections, as a crashed
+// host would; Close afterwards reports the same.
+func TestFrontCut(t *testing.T) {
+	r := Start(t, Options{Name: "cut"})
+	p := r.Push(t, "cut/app", "v1", Image{Layers: []int64{1 << 20}, Seed: 1})
+	f, err := r.ListenWAN(WAN{BytesPerSecond: 256 << 10})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+
+	resp, err := http.Get(f.URL() + "/v2/cut/app/blobs/" + p.Layers[0].String())
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, err = io.ReadFull(resp.Body, make([]byte, 64<<10))
+	require.NoError(t, err)
+
+	require.NoError(t, f.Cut())
+	n, err := io.Copy(io.Discard, resp.Body)
+	require.Error(t, err, "the body went on after Cut")
+	require.Less(t, n, p.LayerSizes[0])
+	_, err = http.Get(f.URL() + "/v2/")
+	require.Error(t, err, "a new connection was accepted after Cut")
+	require.NoError(t, f.Close())
+}
