@@ -15,6 +15,7 @@ import (
 	"github.com/pullwise/pullwise/cri/podctx"
 	"github.com/pullwise/pullwise/cri/policy"
 	"github.com/pullwise/pullwise/cri/pullsource"
+	"github.com/pullwise/pullwise/cri/validate"
 	"github.com/pullwise/pullwise/plugin/interceptor"
 	"github.com/pullwise/pullwise/transfer"
 )
@@ -25,6 +26,15 @@ import (
 // so wrap pull-policy and pinning: the pod reaches every pull, and the
 // pull source is copied whatever pull-policy decides.
 func init() {
+	// First, so that nothing below sees a request it cannot serve.
+	registry.Register(&plugin.Registration{
+		Type: interceptor.Plugin,
+		ID:   "cri-validate",
+		InitFn: func(*plugin.InitContext) (any, error) {
+			return validate.Interceptor{}, nil
+		},
+	})
+
 	registry.Register(&plugin.Registration{
 		Type: interceptor.Plugin,
 		ID:   "pull-pod",
