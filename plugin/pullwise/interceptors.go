@@ -26,15 +26,6 @@ import (
 // so wrap pull-policy and pinning: the pod reaches every pull, and the
 // pull source is copied whatever pull-policy decides.
 func init() {
-	// First, so that nothing below sees a request it cannot serve.
-	registry.Register(&plugin.Registration{
-		Type: interceptor.Plugin,
-		ID:   "cri-validate",
-		InitFn: func(*plugin.InitContext) (any, error) {
-			return validate.Interceptor{}, nil
-		},
-	})
-
 	registry.Register(&plugin.Registration{
 		Type: interceptor.Plugin,
 		ID:   "pull-pod",
@@ -90,6 +81,17 @@ func init() {
 		ID:   "cri-requests",
 		InitFn: func(*plugin.InitContext) (any, error) {
 			return observe.New(prometheus.DefaultRegisterer)
+		},
+	})
+
+	// Inside cri-requests, so refusals are counted, and ahead of
+	// pull-policy and pinning, so they never see a request that cannot be
+	// served.
+	registry.Register(&plugin.Registration{
+		Type: interceptor.Plugin,
+		ID:   "cri-validate",
+		InitFn: func(*plugin.InitContext) (any, error) {
+			return validate.Interceptor{}, nil
 		},
 	})
 }
