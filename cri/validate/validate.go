@@ -35,6 +35,10 @@ func PullImage(req *runtime.PullImageRequest) error {
 	if name == "" {
 		return status.Error(codes.InvalidArgument, "image is required")
 	}
+	if len(name) > maxName {
+		// Not worth a parse: the reference grammar is a regexp.
+		return status.Errorf(codes.InvalidArgument, "image is %d bytes, longer than any valid reference: %s", len(name), quote(name))
+	}
 	if _, err := digest.Parse(name); err != nil {
 		if _, err := reference.ParseDockerRef(name); err != nil {
 			return status.Errorf(codes.InvalidArgument, "image %s is not a valid reference: %v", quote(name), err)
