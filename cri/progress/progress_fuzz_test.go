@@ -51,16 +51,22 @@ func rawGet(t *testing.T, addr, target string, after func()) (int, []byte) {
 	return resp.StatusCode, body
 }
 
-// FuzzProgressURL sends request targets around a freshly issued token.
-// Only the issued token, once, opens a stream; any other path, query or
-// spelling gets no stream and no panic.
-func FuzzProgressURL(f *testing.F) {
+// fuzzServer is a progress server for one fuzz target, shared by its inputs.
+func fuzzServer(f *testing.F) (*Server, *hub.Hub) {
 	h := &hub.Hub{}
 	s, err := Listen(h, "127.0.0.1", 0, time.Minute, time.Millisecond)
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { s.Close() })
+	return s, h
+}
+
+// FuzzProgressURL sends request targets around a freshly issued token.
+// Only the issued token, once, opens a stream; any other path, query or
+// spelling gets no stream and no panic.
+func FuzzProgressURL(f *testing.F) {
+	s, _ := fuzzServer(f)
 	for _, seed := range []struct {
 		prefix, suffix string
 		token          bool
@@ -121,12 +127,7 @@ var streamKeys atomic.Int64
 // keys from the KEP's set, progress and total always present, and the
 // values the pull reported (strings as JSON can carry them).
 func FuzzProgressStream(f *testing.F) {
-	h := &hub.Hub{}
-	s, err := Listen(h, "127.0.0.1", 0, time.Minute, time.Millisecond)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { s.Close() })
+	s, h := fuzzServer(f)
 	f.Add("docker.io/library/busybox:latest", "sha256:aa", "", int64(5), int64(10), false)
 	f.Add("img\n{\"x\":1}", "sha256:\u2028", "boom\x00\xff", int64(-1), int64(1<<62), true)
 	f.Add("<script>", "", "", int64(0), int64(0), true)
