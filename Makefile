@@ -9,7 +9,7 @@ PROTO_DIR := cri/api/v1alpha1
 # Integration tests talk to a real daemon; give them room but stay well inside CI's budget.
 INTEGRATION_TIMEOUT ?= 15m
 
-.PHONY: all build containerd containerd-stock bench pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean
+.PHONY: all build containerd containerd-stock bench pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean fuzz
 
 all: build
 
@@ -75,6 +75,22 @@ kubelet-gc: build kubelet
 	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -timeout $(KUBELET_TIMEOUT) -v -run TestKubeletImageGC ./integration/kubelet/
 
 test: vet proto-check unit integration kubelet-e2e
+
+# Runs every fuzz target for FUZZTIME each, one at a time: go fuzzes one
+# target per run. `make unit` already runs their seed corpora (f.Add and
+# testdata/fuzz). A failing input is written to the package's
+# testdata/fuzz/FuzzX/; commit it as a seed with the fix. FUZZPKG narrows
+# the packages, FUZZ the target names (a regexp).
+FUZZTIME ?= 60s
+FUZZPKG  ?= ./...
+FUZZ     ?= .
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(FUZZPKG) | grep -v -e '/integration'); do \
+		for name in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' | grep -E -e '$(FUZZ)'); do \
+			echo "== $$pkg $$name ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
 
 # Regenerate the committed Go code for the Pullwise API. protoc comes from
 # Debian's protobuf-compiler; the Go plugins are pinned as tools in go.mod.

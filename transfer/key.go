@@ -20,7 +20,8 @@ type imageNamer interface {
 
 // pullKey identifies pulls that may share one transfer: same namespace,
 // normalized reference, destination (names, labels, platforms, unpack
-// snapshotters) and credentials. ok is false when the pull cannot be
+// snapshotters), credentials and resolver settings (headers, hosts dir,
+// scheme). ok is false when the pull cannot be
 // described well enough to share it safely.
 func pullKey(ctx context.Context, src, dst any) (key string, ok bool, err error) {
 	named, isNamed := src.(imageNamer)
@@ -35,7 +36,7 @@ func pullKey(ctx context.Context, src, dst any) (key string, ok bool, err error)
 	if n, err := reference.ParseDockerRef(ref); err == nil {
 		norm, host = n.String(), reference.Domain(n)
 	}
-	creds, ok, err := credentialsID(ctx, srcM, ref, host)
+	creds, settings, ok, err := sourceID(ctx, srcM, ref, host)
 	if err != nil || !ok {
 		return "", false, err
 	}
@@ -45,7 +46,7 @@ func pullKey(ctx context.Context, src, dst any) (key string, ok bool, err error)
 	}
 	ns, _ := namespaces.Namespace(ctx)
 	h := sha256.New()
-	for _, f := range []string{ns, norm, creds, dest} {
+	for _, f := range []string{ns, norm, creds, settings, dest} {
 		fmt.Fprintf(h, "%d:%s", len(f), f)
 	}
 	return hex.EncodeToString(h.Sum(nil)), true, nil

@@ -51,7 +51,8 @@ type Pins struct {
 
 // NewPins normalizes pinned_images (key → reference) the way CRI normalizes
 // image names: docker.io/library for short names and :latest when there is no
-// tag. Empty values name nothing. A value that is not a reference cannot
+// tag; an image ID (sha256:…) names the image with that ID. Empty values
+// name nothing. A value that is not a reference cannot
 // match any image: it is left out and reported in the error, and the
 // returned Pins still holds every other value, so that one typo does not
 // unpin the sandbox image.
@@ -61,6 +62,12 @@ func NewPins(pinnedImages map[string]string) (*Pins, error) {
 	for _, key := range slices.Sorted(maps.Keys(pinnedImages)) {
 		value := pinnedImages[key]
 		if value == "" {
+			continue
+		}
+		if _, err := digest.Parse(value); err == nil {
+			// An image ID names CRI's ID record, as upstream matches it;
+			// as a reference it would name docker.io/library/sha256.
+			p.byName[value] = append(p.byName[value], key)
 			continue
 		}
 		ref, err := reference.ParseDockerRef(value)

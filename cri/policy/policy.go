@@ -30,7 +30,11 @@ const (
 )
 
 func (p Policy) String() string {
-	return [...]string{"Always", "IfNotPresent", "IfNewerNotPresent", "Never"}[p]
+	names := [...]string{"Always", "IfNotPresent", "IfNewerNotPresent", "Never"}
+	if p < 0 || int(p) >= len(names) {
+		return fmt.Sprintf("Policy(%d)", int(p))
+	}
+	return names[p]
 }
 
 // Reasons for a decision, as the Pullwise PullImage RPC reports them.

@@ -10,6 +10,7 @@ import (
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
 	"github.com/pullwise/pullwise/cri/policy"
+	"github.com/pullwise/pullwise/cri/validate"
 	"github.com/pullwise/pullwise/transfer"
 )
 
@@ -24,8 +25,9 @@ var policies = map[api.PullPolicy]policy.Policy{
 // PullImage implements api.PullwiseServer: CRI PullImage with a pull
 // policy and a report of what was decided.
 func (s *Service) PullImage(ctx context.Context, req *api.PullImageRequest) (*api.PullImageResponse, error) {
-	if req.GetImage().GetImage() == "" {
-		return nil, status.Error(codes.InvalidArgument, "image is required")
+	criReq := &runtime.PullImageRequest{Image: req.GetImage(), Auth: req.GetAuth(), SandboxConfig: req.GetSandboxConfig()}
+	if err := validate.PullImage(criReq); err != nil {
+		return nil, err
 	}
 	p, ok := policies[req.GetPullPolicy()]
 	if !ok {
@@ -35,7 +37,6 @@ func (s *Service) PullImage(ctx context.Context, req *api.PullImageRequest) (*ap
 	if err != nil {
 		return nil, err
 	}
-	criReq := &runtime.PullImageRequest{Image: req.GetImage(), Auth: req.GetAuth(), SandboxConfig: req.GetSandboxConfig()}
 	d := s.rt.Decider.With(func(ctx context.Context, r *runtime.PullImageRequest) (string, error) {
 		// CRI is called in process, past the interceptors a CRI client's
 		// pull goes through: do what they would.

@@ -15,6 +15,7 @@ import (
 	"github.com/pullwise/pullwise/cri/podctx"
 	"github.com/pullwise/pullwise/cri/policy"
 	"github.com/pullwise/pullwise/cri/pullsource"
+	"github.com/pullwise/pullwise/cri/validate"
 	"github.com/pullwise/pullwise/plugin/interceptor"
 	"github.com/pullwise/pullwise/transfer"
 )
@@ -80,6 +81,17 @@ func init() {
 		ID:   "cri-requests",
 		InitFn: func(*plugin.InitContext) (any, error) {
 			return observe.New(prometheus.DefaultRegisterer)
+		},
+	})
+
+	// Inside cri-requests, so refusals are counted, and ahead of
+	// pull-policy and pinning, so they never see a request that cannot be
+	// served.
+	registry.Register(&plugin.Registration{
+		Type: interceptor.Plugin,
+		ID:   "cri-validate",
+		InitFn: func(*plugin.InitContext) (any, error) {
+			return validate.Interceptor{}, nil
 		},
 	})
 }

@@ -82,7 +82,7 @@ func New(ctx context.Context, src transfer.ImageFetcher, nodeHosts Hosts) (f *Fe
 	hosts := Hosts{Dirs: dirs, DefaultScheme: res.GetDefaultScheme(), Headers: http.Header{},
 		Health: nodeHosts.Health, Downloads: nodeHosts.Downloads}
 	if f.creds != nil {
-		hosts.Credentials = credentialAsker(f.creds, desc.Reference)
+		hosts.Credentials = credentialAsker(ctx, f.creds, desc.Reference)
 	}
 	for k, v := range res.GetHeaders() {
 		hosts.Headers.Set(k, v)
@@ -162,7 +162,7 @@ func hostDirFunc(dirs []string) func(string) (string, error) {
 
 // credentialAsker asks the source's credentials stream, one question at a
 // time, as the source's own resolver would.
-func credentialAsker(p *Pipe, ref string) func(host string) (string, string, error) {
+func credentialAsker(ctx context.Context, p *Pipe, ref string) func(host string) (string, string, error) {
 	var mu sync.Mutex
 	return func(host string) (string, string, error) {
 		mu.Lock()
@@ -171,10 +171,7 @@ func credentialAsker(p *Pipe, ref string) func(host string) (string, string, err
 		if err != nil {
 			return "", "", err
 		}
-		if err := p.Ours.Send(req); err != nil {
-			return "", "", fmt.Errorf("ask credentials for %s: %w", host, err)
-		}
-		a, err := p.Ours.Recv()
+		a, err := p.Ask(ctx, req)
 		if err != nil {
 			return "", "", fmt.Errorf("ask credentials for %s: %w", host, err)
 		}

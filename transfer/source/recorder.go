@@ -2,6 +2,7 @@ package source
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -124,16 +125,22 @@ func (r *Recorder) RetryAfter() time.Duration {
 	return d
 }
 
-// retryAfter parses a Retry-After header: seconds or an HTTP date.
+// retryAfter parses a Retry-After header: seconds or an HTTP date. The
+// header is the registry's to write: a date in the past asks for no wait,
+// and a number of seconds too large for a Duration asks for the longest
+// one, not a negative one. Callers cap the wait anyway.
 func retryAfter(v string) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s > 0 {
+		if s > int64(math.MaxInt64/time.Second) {
+			return math.MaxInt64
+		}
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return time.Until(t)
+		return max(time.Until(t), 0)
 	}
 	return 0
 }
