@@ -283,6 +283,45 @@ func (d *Daemon) stop(t testing.TB) {
 func (d *Daemon) Restart(t testing.TB) {
 	t.Helper()
 	d.stop(t)
+	d.Respawn(t)
+	d.WaitReady(t)
+}
+
+// Stop stops containerd as its service would, with SIGTERM.
+func (d *Daemon) Stop(t testing.TB) {
+	t.Helper()
+	d.stop(t)
+}
+
+// Kill ends containerd with SIGKILL, as a crash or the OOM killer would,
+// and waits until it is gone. Only containerd itself: shims, as on a node,
+// are not its process group's business here.
+func (d *Daemon) Kill(t testing.TB) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("kill containerd: %v", err)
+	}
+	<-d.exited
+}
+
+// Running reports whether containerd has not exited.
+func (d *Daemon) Running() bool {
+	select {
+	case <-d.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Respawn starts containerd again on the same root, state and config once
+// it has exited (after Kill), without waiting for it to serve: a test can
+// watch what it does while it starts. WaitReady waits for it.
+func (d *Daemon) Respawn(t testing.TB) {
+	t.Helper()
+	if d.Running() {
+		t.Fatal("respawn: containerd is still running")
+	}
 	logFile, err := os.OpenFile(d.logPath, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -298,6 +337,11 @@ func (d *Daemon) Restart(t testing.TB) {
 	d.cmd, d.exited = cmd, make(chan struct{})
 	exited := d.exited
 	go func() { _ = cmd.Wait(); close(exited) }()
+}
+
+// WaitReady waits until containerd serves CRI.
+func (d *Daemon) WaitReady(t testing.TB) {
+	t.Helper()
 	if err := d.waitReady(d.readyTimeout()); err != nil {
 		t.Fatalf("containerd did not become ready after restart: %v\n%s", err, d.LogTail(60))
 	}
