@@ -5,16 +5,19 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -174,20 +177,66 @@ func Start(t testing.TB, opts Options) *Daemon {
 // endpoint, for tests that prove work ends when it should.
 func (d *Daemon) Goroutines(t testing.TB) int {
 	t.Helper()
+	body := d.debugGet(t, "/debug/pprof/goroutine?debug=1")
+	defer body.Close()
+	var n int
+	if _, err := fmt.Fscanf(body, "goroutine profile: total %d", &n); err != nil {
+		t.Fatalf("goroutine profile: %v", err)
+	}
+	return n
+}
+
+// GoroutineDump returns containerd's goroutines with their stacks, to
+// show what is left when a count does not come back down.
+func (d *Daemon) GoroutineDump(t testing.TB) string {
+	t.Helper()
+	body := d.debugGet(t, "/debug/pprof/goroutine?debug=1")
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatalf("goroutine profile: %v", err)
+	}
+	return string(b)
+}
+
+// LiveHeap returns the bytes of live heap objects in containerd right
+// after a forced GC (pprof's heap profile with gc=1, whose text form ends
+// with runtime.MemStats), for tests that prove memory does not grow.
+func (d *Daemon) LiveHeap(t testing.TB) int64 {
+	t.Helper()
+	body := d.debugGet(t, "/debug/pprof/heap?gc=1&debug=1")
+	defer body.Close()
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("heap profile: HeapAlloc %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("heap profile without HeapAlloc (scan error %v)", sc.Err())
+	return 0
+}
+
+// debugGet GETs path on containerd's debug socket.
+func (d *Daemon) debugGet(t testing.TB, path string) io.ReadCloser {
+	t.Helper()
 	// No keep-alive: an idle connection would show up as goroutines.
 	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", d.DebugSocket)
 	}}}
-	resp, err := c.Get("http://containerd/debug/pprof/goroutine?debug=1")
+	resp, err := c.Get("http://containerd" + path)
 	if err != nil {
-		t.Fatalf("goroutine profile: %v", err)
+		t.Fatalf("GET %s on the debug socket: %v", path, err)
 	}
-	defer resp.Body.Close()
-	var n int
-	if _, err := fmt.Fscanf(resp.Body, "goroutine profile: total %d", &n); err != nil {
-		t.Fatalf("goroutine profile: %v", err)
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		t.Fatalf("GET %s on the debug socket: %s", path, resp.Status)
 	}
-	return n
+	return resp.Body
 }
 
 // writeConfig renders the config for opts into Dir/config.toml.
