@@ -211,6 +211,19 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 }
 
+// awaitGoroutines waits until containerd runs no more goroutines than
+// baseline, and fails with their stacks if it does not within timeout.
+func (e *env) awaitGoroutines(baseline int, timeout time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for e.d.Goroutines(e.t) > baseline {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("goroutines not back to %d after %s:\n%s", baseline, timeout, e.d.GoroutineDump(e.t))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // restartWith restarts containerd with a config for opts, keeping its root,
 // state and registries; clients reconnect by themselves.
 func (e *env) restartWith(t testing.TB, opts envOptions) {

@@ -245,13 +245,7 @@ func TestSoak(t *testing.T) {
 				t.Fatalf("round %d: %s = %v with no pull left", round, g, v)
 			}
 		}
-		settle := time.Now().Add(60 * time.Second)
-		for e.d.Goroutines(t) > baseline {
-			if time.Now().After(settle) {
-				t.Fatalf("round %d: goroutines not back to the baseline %d after 60s:\n%s", round, baseline, e.d.GoroutineDump(t))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		e.awaitGoroutines(baseline, 60*time.Second)
 		heaps = append(heaps, settledHeap(t, e))
 		t.Logf("round %d: %d pulls in %s, settled after %s, live heap %.1f MiB, goroutines %d (baseline %d)",
 			round, done.Load(), pulled.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond), float64(heaps[len(heaps)-1])/(1<<20), e.d.Goroutines(t), baseline)

@@ -177,10 +177,8 @@ func Start(t testing.TB, opts Options) *Daemon {
 // endpoint, for tests that prove work ends when it should.
 func (d *Daemon) Goroutines(t testing.TB) int {
 	t.Helper()
-	body := d.debugGet(t, "/debug/pprof/goroutine?debug=1")
-	defer body.Close()
 	var n int
-	if _, err := fmt.Fscanf(body, "goroutine profile: total %d", &n); err != nil {
+	if _, err := fmt.Sscanf(d.GoroutineDump(t), "goroutine profile: total %d", &n); err != nil {
 		t.Fatalf("goroutine profile: %v", err)
 	}
 	return n
@@ -190,13 +188,7 @@ func (d *Daemon) Goroutines(t testing.TB) int {
 // show what is left when a count does not come back down.
 func (d *Daemon) GoroutineDump(t testing.TB) string {
 	t.Helper()
-	body := d.debugGet(t, "/debug/pprof/goroutine?debug=1")
-	defer body.Close()
-	b, err := io.ReadAll(body)
-	if err != nil {
-		t.Fatalf("goroutine profile: %v", err)
-	}
-	return string(b)
+	return d.debugRead(t, "/debug/pprof/goroutine?debug=1")
 }
 
 // LiveHeap returns the bytes of live heap objects in containerd right
@@ -204,9 +196,7 @@ func (d *Daemon) GoroutineDump(t testing.TB) string {
 // with runtime.MemStats), for tests that prove memory does not grow.
 func (d *Daemon) LiveHeap(t testing.TB) int64 {
 	t.Helper()
-	body := d.debugGet(t, "/debug/pprof/heap?gc=1&debug=1")
-	defer body.Close()
-	sc := bufio.NewScanner(body)
+	sc := bufio.NewScanner(strings.NewReader(d.debugRead(t, "/debug/pprof/heap?gc=1&debug=1")))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
@@ -221,8 +211,10 @@ func (d *Daemon) LiveHeap(t testing.TB) int64 {
 	return 0
 }
 
-// debugGet GETs path on containerd's debug socket.
-func (d *Daemon) debugGet(t testing.TB, path string) io.ReadCloser {
+// debugRead GETs path on containerd's debug socket and reads the whole
+// answer: a handler left writing to a client that stopped reading would
+// count among the goroutines of the next look.
+func (d *Daemon) debugRead(t testing.TB, path string) string {
 	t.Helper()
 	// No keep-alive: an idle connection would show up as goroutines.
 	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -232,11 +224,12 @@ func (d *Daemon) debugGet(t testing.TB, path string) io.ReadCloser {
 	if err != nil {
 		t.Fatalf("GET %s on the debug socket: %v", path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		t.Fatalf("GET %s on the debug socket: %s", path, resp.Status)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s on the debug socket: %s %v", path, resp.Status, err)
 	}
-	return resp.Body
+	return string(b)
 }
 
 // writeConfig renders the config for opts into Dir/config.toml.
