@@ -44,11 +44,12 @@ const (
 )
 
 // soakConfig: the gate of the issue, and registry timeouts short enough
-// that stalls end within a phase.
+// that stalls end soon, yet above what a loaded machine's registry needs
+// (at 1s the clean pulls at the end timed out on a busy machine).
 const soakConfig = `[plugins."io.containerd.grpc.v1.pullwise"]
   max_parallel_image_pulls = 4
-  registry_response_timeout = "1s"
-  registry_read_timeout = "1s"
+  registry_response_timeout = "3s"
+  registry_read_timeout = "3s"
   registry_cooldown = "1s"
   registry_max_cooldown = "2s"
 `
@@ -65,7 +66,7 @@ var soakFaults = []soakFault{
 	{"503", &registry.Fault{Status: 503}},
 	{"500", &registry.Fault{Status: 500}},
 	{"429", &registry.Fault{Status: 429, RetryAfter: time.Second}},
-	{"stall", &registry.Fault{Delay: 3 * time.Second}},
+	{"stall", &registry.Fault{Delay: 6 * time.Second}},
 	{"cut", &registry.Fault{TruncateAfter: 1000}},
 	{"refused", nil},
 }
