@@ -13,13 +13,8 @@ import (
 
 	"go.etcd.io/bbolt"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	imagesapi "github.com/containerd/containerd/api/services/images/v1"
 
 	"github.com/pullwise/pullwise/integration/daemon"
 	"github.com/pullwise/pullwise/integration/registry"
@@ -63,13 +58,7 @@ func (e *env) requireNothingStale(refs ...string) {
 
 func (e *env) recordExists(ns, name string) bool {
 	e.t.Helper()
-	conn, err := grpc.NewClient(e.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "containerd-namespace", ns)
-	_, err = imagesapi.NewImagesClient(conn).Get(ctx, &imagesapi.GetImageRequest{Name: name})
+	_, err := e.getImage(ns, name)
 	if status.Code(err) == codes.NotFound {
 		return false
 	}
