@@ -9,7 +9,7 @@ PROTO_DIR := cri/api/v1alpha1
 # Integration tests talk to a real daemon; give them room but stay well inside CI's budget.
 INTEGRATION_TIMEOUT ?= 15m
 
-.PHONY: all build containerd containerd-stock bench pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean fuzz
+.PHONY: all build containerd containerd-stock bench soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean
 
 all: build
 
@@ -135,6 +135,16 @@ $(BIN)/kubelet: hack/kubelet/go.mod hack/kubelet/go.sum
 # Stock containerd from the same pinned module, for side-by-side benchmarks.
 containerd-stock:
 	$(GO) build -o $(BIN)/containerd-stock github.com/containerd/containerd/v2/cmd/containerd
+
+# The soak test at length: more pulls and rounds than the modest one that
+# `make integration` runs. Root only, like integration.
+SOAK_PULLS ?= 400
+SOAK_ROUNDS ?= 12
+soak: build
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "soak: skipped, needs root (run 'sudo make soak')"; exit 0; fi
+	SOAK_PULLS=$(SOAK_PULLS) SOAK_ROUNDS=$(SOAK_ROUNDS) PULLWISE_BIN=$(BIN) \
+		$(GO) test -count=1 -timeout 60m -v -run '^TestSoak$$' ./integration/
 
 # Costs of Pullwise's own code as pulls, images and subscribers grow; then
 # Pullwise against stock containerd in one run, on loopback registries;

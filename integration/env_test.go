@@ -33,7 +33,8 @@ type envOptions struct {
 	criImages   string // extra TOML for the CRI images plugin
 	extraConfig string
 	// noKeepAlive makes the registries close connections after each
-	// response, for tests that count containerd's goroutines.
+	// response, and those that send no request within 2s, for tests that
+	// count containerd's goroutines.
 	noKeepAlive bool
 	// logLevel is containerd's; debug when empty. Benchmarks use info, as
 	// a node would.
@@ -57,12 +58,19 @@ type env struct {
 func newEnv(t testing.TB, opts envOptions) *env {
 	t.Helper()
 	e := &env{t: t, hostsDir: t.TempDir(), mode: opts.mirror}
-	e.upstream = registry.Start(t, registry.Options{Name: "upstream", DisableKeepAlives: opts.noKeepAlive})
+	ro := func(name, proxy string) registry.Options {
+		o := registry.Options{Name: name, ProxyRemoteURL: proxy, DisableKeepAlives: opts.noKeepAlive}
+		if opts.noKeepAlive {
+			o.HeaderTimeout = 2 * time.Second
+		}
+		return o
+	}
+	e.upstream = registry.Start(t, ro("upstream", ""))
 	switch opts.mirror {
 	case mirrorProxy:
-		e.mirror = registry.Start(t, registry.Options{Name: "mirror", ProxyRemoteURL: e.upstream.URL(), DisableKeepAlives: opts.noKeepAlive})
+		e.mirror = registry.Start(t, ro("mirror", e.upstream.URL()))
 	case mirrorSeeded:
-		e.mirror = registry.Start(t, registry.Options{Name: "mirror", DisableKeepAlives: opts.noKeepAlive})
+		e.mirror = registry.Start(t, ro("mirror", ""))
 	}
 	e.writeHosts()
 	e.d = daemon.Start(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig, LogLevel: opts.logLevel})
@@ -189,6 +197,19 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitGoroutines waits until containerd runs no more goroutines than
+// baseline, and fails with their stacks if it does not within timeout.
+func (e *env) awaitGoroutines(baseline int, timeout time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for e.d.Goroutines(e.t) > baseline {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("goroutines not back to %d after %s:\n%s", baseline, timeout, e.d.GoroutineDump(e.t))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -33,6 +33,16 @@ func (e *env) setMirror(mirrorURL string, caps ...string) {
 // images API, as `ctr images ls` would show them.
 func (e *env) imageLabels(ns, name string) map[string]string {
 	e.t.Helper()
+	img, err := e.getImage(ns, name)
+	if err != nil {
+		e.t.Fatalf("get image %s: %v", name, err)
+	}
+	return img.GetLabels()
+}
+
+// getImage reads an image record through containerd's images API.
+func (e *env) getImage(ns, name string) (*imagesapi.Image, error) {
+	e.t.Helper()
 	conn, err := grpc.NewClient(e.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		e.t.Fatal(err)
@@ -40,10 +50,7 @@ func (e *env) imageLabels(ns, name string) map[string]string {
 	defer conn.Close()
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "containerd-namespace", ns)
 	resp, err := imagesapi.NewImagesClient(conn).Get(ctx, &imagesapi.GetImageRequest{Name: name})
-	if err != nil {
-		e.t.Fatalf("get image %s: %v", name, err)
-	}
-	return resp.GetImage().GetLabels()
+	return resp.GetImage(), err
 }
 
 // assertSource checks what a user sees after a CRI pull of ref: the label

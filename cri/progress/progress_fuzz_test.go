@@ -54,7 +54,7 @@ func rawGet(t *testing.T, addr, target string, after func()) (int, []byte) {
 // fuzzServer is a progress server for one fuzz target, shared by its inputs.
 func fuzzServer(f *testing.F) (*Server, *hub.Hub) {
 	h := &hub.Hub{}
-	s, err := Listen(h, "127.0.0.1", 0, time.Minute, time.Millisecond)
+	s, err := Listen(h, Options{Address: "127.0.0.1", TokenTTL: time.Minute, Interval: time.Millisecond})
 	if err != nil {
 		f.Fatal(err)
 	}

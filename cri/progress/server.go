@@ -12,12 +12,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/containerd/log"
+	"golang.org/x/net/netutil"
 
 	"github.com/pullwise/pullwise/transfer/hub"
 )
@@ -26,14 +27,51 @@ import (
 // layer at most.
 const DefaultInterval = 250 * time.Millisecond
 
-const pathPrefix = "/progress/"
+// Defaults of Options; see there.
+const (
+	DefaultMaxConnections = 1024
+	DefaultClientTimeout  = 10 * time.Second
+)
+
+const (
+	pathPrefix = "/progress/"
+	tokenLen   = 32 // hex of 128 bits
+	// maxHeaderBytes bounds what a request may send before its handler
+	// runs (net/http adds 4 KiB of slack and answers 431 beyond it). A
+	// progress URL is under 100 bytes.
+	maxHeaderBytes = 8 << 10
+	// maxQuery bounds the query string; the only parameter is follow.
+	maxQuery = 64
+)
+
+// Options configure a Server.
+type Options struct {
+	Address string
+	Port    int // 0 picks a free port
+	// TokenTTL is how long an issued URL stays valid unused.
+	TokenTTL time.Duration
+	// Interval is how often a stream sends each layer's latest state at
+	// most; DefaultInterval when zero.
+	Interval time.Duration
+	// MaxConnections caps the connections served at once, so clients that
+	// open connections and hold them cannot grow the daemon's memory:
+	// further connections wait in the kernel's accept queue.
+	// DefaultMaxConnections when zero.
+	MaxConnections int
+	// ClientTimeout bounds how long a client may take to send its request
+	// headers, how long a kept-alive connection may sit idle, and how long
+	// one write of a stream may wait for a client that does not read.
+	// DefaultClientTimeout when zero.
+	ClientTimeout time.Duration
+}
 
 // Server serves progress streams.
 type Server struct {
-	hub      *hub.Hub
-	ttl      time.Duration
-	interval time.Duration
-	base     string // http://host:port
+	hub           *hub.Hub
+	ttl           time.Duration
+	interval      time.Duration
+	clientTimeout time.Duration
+	base          string // http://host:port
 
 	mu     sync.Mutex
 	grants map[string]grant // by token
@@ -47,26 +85,44 @@ type grant struct {
 	expires time.Time
 }
 
-// Listen starts a server on address:port (port 0 picks one).
-func Listen(h *hub.Hub, address string, port int, ttl, interval time.Duration) (*Server, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(address, strconv.Itoa(port)))
+// Listen starts a server as o says.
+func Listen(h *hub.Hub, o Options) (*Server, error) {
+	if o.Interval <= 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.ClientTimeout <= 0 {
+		o.ClientTimeout = DefaultClientTimeout
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(o.Address, strconv.Itoa(o.Port)))
 	if err != nil {
 		return nil, fmt.Errorf("listen for progress streams: %w", err)
 	}
 	s := &Server{
-		hub:      h,
-		ttl:      ttl,
-		interval: interval,
-		base:     "http://" + l.Addr().String(),
-		grants:   map[string]grant{},
-		served:   make(chan struct{}),
+		hub:           h,
+		ttl:           o.TokenTTL,
+		interval:      o.Interval,
+		clientTimeout: o.ClientTimeout,
+		base:          "http://" + l.Addr().String(),
+		grants:        map[string]grant{},
+		served:        make(chan struct{}),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+pathPrefix+"{token}", s.stream)
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// No WriteTimeout: it would cut every stream after a fixed time, and a
+	// stream lasts as long as its pulls. Each write gets its own deadline
+	// instead (see stream).
+	s.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: o.ClientTimeout,
+		IdleTimeout:       o.ClientTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
 	go func() {
 		defer close(s.served)
-		if err := s.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(netutil.LimitListener(l, o.MaxConnections)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.L.WithError(err).Error("progress server stopped")
 		}
 	}()
@@ -122,12 +178,23 @@ func (s *Server) redeem(token string) (hub.Selector, bool) {
 // writes the current state and ends; otherwise it ends when the watched
 // pulls are over or the client goes away.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
-	sel, ok := s.redeem(r.PathValue("token"))
+	// A bad query is refused before the token is looked at, so that it
+	// neither uses the token up nor tells anything about it.
+	follow, err := parseFollow(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	token := r.PathValue("token")
+	if len(token) != tokenLen {
+		http.NotFound(w, r)
+		return
+	}
+	sel, ok := s.redeem(token)
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
-	follow := !strings.EqualFold(r.URL.Query().Get("follow"), "false")
 	sub := s.hub.Subscribe(sel)
 	defer sub.Close()
 
@@ -141,7 +208,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		flusher.Flush()
 	}
 	enc := json.NewEncoder(w)
+	rc := http.NewResponseController(w)
 	write := func(lines []hub.Event) bool {
+		// A client that stops reading fills the socket buffers, and a
+		// write then blocks: the deadline ends the stream and frees the
+		// connection instead of holding it for as long as the client likes.
+		if err := rc.SetWriteDeadline(time.Now().Add(s.clientTimeout)); err != nil {
+			return false
+		}
 		for _, l := range lines {
 			if err := enc.Encode(l); err != nil {
 				return false
@@ -190,4 +264,25 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			timer.Reset(max(next.Sub(now), 0))
 		}
 	}
+}
+
+// parseFollow reads the only query parameter, follow (true when absent).
+// Other parameters are ignored, so that clients may add their own.
+func parseFollow(r *http.Request) (bool, error) {
+	if len(r.URL.RawQuery) > maxQuery {
+		return false, fmt.Errorf("query longer than %d bytes", maxQuery)
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return false, fmt.Errorf("bad query: %w", err)
+	}
+	v := q.Get("follow")
+	if v == "" {
+		return true, nil
+	}
+	follow, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("follow must be true or false, got %q", v)
+	}
+	return follow, nil
 }

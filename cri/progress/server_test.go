@@ -15,8 +15,14 @@ import (
 
 func newServer(t *testing.T, ttl time.Duration) (*Server, *hub.Hub) {
 	t.Helper()
+	return newServerWith(t, Options{TokenTTL: ttl})
+}
+
+func newServerWith(t *testing.T, o Options) (*Server, *hub.Hub) {
+	t.Helper()
 	h := &hub.Hub{}
-	s, err := Listen(h, "127.0.0.1", 0, ttl, time.Millisecond)
+	o.Address, o.Interval = "127.0.0.1", time.Millisecond
+	s, err := Listen(h, o)
 	if err != nil {
 		t.Fatal(err)
 	}

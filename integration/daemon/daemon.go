@@ -5,16 +5,19 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -174,20 +177,59 @@ func Start(t testing.TB, opts Options) *Daemon {
 // endpoint, for tests that prove work ends when it should.
 func (d *Daemon) Goroutines(t testing.TB) int {
 	t.Helper()
+	var n int
+	if _, err := fmt.Sscanf(d.GoroutineDump(t), "goroutine profile: total %d", &n); err != nil {
+		t.Fatalf("goroutine profile: %v", err)
+	}
+	return n
+}
+
+// GoroutineDump returns containerd's goroutines with their stacks, to
+// show what is left when a count does not come back down.
+func (d *Daemon) GoroutineDump(t testing.TB) string {
+	t.Helper()
+	return d.debugRead(t, "/debug/pprof/goroutine?debug=1")
+}
+
+// LiveHeap returns the bytes of live heap objects in containerd right
+// after a forced GC (pprof's heap profile with gc=1, whose text form ends
+// with runtime.MemStats), for tests that prove memory does not grow.
+func (d *Daemon) LiveHeap(t testing.TB) int64 {
+	t.Helper()
+	sc := bufio.NewScanner(strings.NewReader(d.debugRead(t, "/debug/pprof/heap?gc=1&debug=1")))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("heap profile: HeapAlloc %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("heap profile without HeapAlloc (scan error %v)", sc.Err())
+	return 0
+}
+
+// debugRead GETs path on containerd's debug socket and reads the whole
+// answer: a handler left writing to a client that stopped reading would
+// count among the goroutines of the next look.
+func (d *Daemon) debugRead(t testing.TB, path string) string {
+	t.Helper()
 	// No keep-alive: an idle connection would show up as goroutines.
 	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", d.DebugSocket)
 	}}}
-	resp, err := c.Get("http://containerd/debug/pprof/goroutine?debug=1")
+	resp, err := c.Get("http://containerd" + path)
 	if err != nil {
-		t.Fatalf("goroutine profile: %v", err)
+		t.Fatalf("GET %s on the debug socket: %v", path, err)
 	}
 	defer resp.Body.Close()
-	var n int
-	if _, err := fmt.Fscanf(resp.Body, "goroutine profile: total %d", &n); err != nil {
-		t.Fatalf("goroutine profile: %v", err)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s on the debug socket: %s %v", path, resp.Status, err)
 	}
-	return n
+	return string(b)
 }
 
 // writeConfig renders the config for opts into Dir/config.toml.
@@ -283,6 +325,45 @@ func (d *Daemon) stop(t testing.TB) {
 func (d *Daemon) Restart(t testing.TB) {
 	t.Helper()
 	d.stop(t)
+	d.Respawn(t)
+	d.WaitReady(t)
+}
+
+// Stop stops containerd as its service would, with SIGTERM.
+func (d *Daemon) Stop(t testing.TB) {
+	t.Helper()
+	d.stop(t)
+}
+
+// Kill ends containerd with SIGKILL, as a crash or the OOM killer would,
+// and waits until it is gone. Only containerd itself: shims, as on a node,
+// are not its process group's business here.
+func (d *Daemon) Kill(t testing.TB) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("kill containerd: %v", err)
+	}
+	<-d.exited
+}
+
+// Running reports whether containerd has not exited.
+func (d *Daemon) Running() bool {
+	select {
+	case <-d.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Respawn starts containerd again on the same root, state and config once
+// it has exited (after Kill), without waiting for it to serve: a test can
+// watch what it does while it starts. WaitReady waits for it.
+func (d *Daemon) Respawn(t testing.TB) {
+	t.Helper()
+	if d.Running() {
+		t.Fatal("respawn: containerd is still running")
+	}
 	logFile, err := os.OpenFile(d.logPath, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -298,6 +379,11 @@ func (d *Daemon) Restart(t testing.TB) {
 	d.cmd, d.exited = cmd, make(chan struct{})
 	exited := d.exited
 	go func() { _ = cmd.Wait(); close(exited) }()
+}
+
+// WaitReady waits until containerd serves CRI.
+func (d *Daemon) WaitReady(t testing.TB) {
+	t.Helper()
 	if err := d.waitReady(d.readyTimeout()); err != nil {
 		t.Fatalf("containerd did not become ready after restart: %v\n%s", err, d.LogTail(60))
 	}

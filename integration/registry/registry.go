@@ -29,6 +29,11 @@ type Options struct {
 	// DisableKeepAlives closes every connection after its response, so
 	// clients keep no idle connections (and goroutines) to the registry.
 	DisableKeepAlives bool
+	// HeaderTimeout bounds the wait for a request's headers (30s when
+	// zero). A client that gives up on a request while it dials may keep
+	// the new connection idle without sending anything; a short timeout
+	// closes those too.
+	HeaderTimeout time.Duration
 }
 
 // Registry is a CNCF Distribution registry listening on loopback. Every
@@ -106,7 +111,10 @@ func New(root string, opts Options) (*Registry, error) {
 		app:      app,
 		recorder: newRecorder(),
 	}
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 30 * time.Second}
+	if opts.HeaderTimeout == 0 {
+		opts.HeaderTimeout = 30 * time.Second
+	}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: opts.HeaderTimeout}
 	srv.SetKeepAlivesEnabled(!opts.DisableKeepAlives)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -21,6 +21,11 @@ type Config struct {
 	ProgressPort    int    `toml:"progress_port"`
 	// ProgressTokenTTL is how long a progress URL stays valid unused.
 	ProgressTokenTTL Duration `toml:"progress_token_ttl"`
+	// ProgressMaxConnections caps the progress server's connections;
+	// ProgressClientTimeout bounds a client's request headers, idle
+	// keep-alive and each stream write.
+	ProgressMaxConnections int      `toml:"progress_max_connections"`
+	ProgressClientTimeout  Duration `toml:"progress_client_timeout"`
 	// AlwaysPullPolicy is how CRI PullImage treats kubelet's Always:
 	// "Always" (stock) or "IfNewerNotPresent".
 	AlwaysPullPolicy string `toml:"always_pull_policy"`
@@ -48,10 +53,14 @@ const (
 // DefaultConfig returns the defaults shown by `containerd config default`.
 func DefaultConfig() *Config {
 	return &Config{
-		ProgressAddress:     "127.0.0.1",
-		ProgressTokenTTL:    Duration(time.Minute),
-		AlwaysPullPolicy:    PolicyAlways,
-		ProtectPinnedImages: true,
+		ProgressAddress:  "127.0.0.1",
+		ProgressTokenTTL: Duration(time.Minute),
+		// About 30 KiB a connection at most: 1024 bound the server near
+		// 30 MiB, far above one stream per pod being pulled for.
+		ProgressMaxConnections: 1024,
+		ProgressClientTimeout:  Duration(10 * time.Second),
+		AlwaysPullPolicy:       PolicyAlways,
+		ProtectPinnedImages:    true,
 		// A registry that has not started answering in 15s is not going
 		// to; one that sends nothing for 30s mid-body has stalled. Both
 		// are far above a healthy registry's latency, even over a WAN.
@@ -74,6 +83,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("progress_port must be 0-65535, got %d", c.ProgressPort)
 	case c.ProgressTokenTTL <= 0:
 		return fmt.Errorf("progress_token_ttl must be positive, got %s", c.ProgressTokenTTL)
+	case c.ProgressMaxConnections <= 0:
+		return fmt.Errorf("progress_max_connections must be positive, got %d", c.ProgressMaxConnections)
+	case c.ProgressClientTimeout <= 0:
+		return fmt.Errorf("progress_client_timeout must be positive, got %s", c.ProgressClientTimeout)
 	case c.AlwaysPullPolicy != PolicyAlways && c.AlwaysPullPolicy != PolicyIfNewerNotPresent:
 		return fmt.Errorf("always_pull_policy must be %q or %q, got %q", PolicyAlways, PolicyIfNewerNotPresent, c.AlwaysPullPolicy)
 	case c.RegistryResponseTimeout < 0:

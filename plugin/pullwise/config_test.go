@@ -31,6 +31,13 @@ func TestConfigDecodeAndValidate(t *testing.T) {
 		{name: "negative limit", toml: "max_parallel_image_pulls = -1", wantErr: "max_parallel_image_pulls"},
 		{name: "bad port", toml: "progress_port = 70000", wantErr: "progress_port"},
 		{name: "zero ttl", toml: `progress_token_ttl = "0s"`, wantErr: "progress_token_ttl"},
+		{name: "progress server limits", toml: "", check: func(t *testing.T, c *Config) {
+			if c.ProgressMaxConnections != 1024 || time.Duration(c.ProgressClientTimeout) != 10*time.Second {
+				t.Fatalf("progress server limits: %d %s", c.ProgressMaxConnections, c.ProgressClientTimeout)
+			}
+		}},
+		{name: "zero connections", toml: "progress_max_connections = 0", wantErr: "progress_max_connections"},
+		{name: "zero client timeout", toml: `progress_client_timeout = "0s"`, wantErr: "progress_client_timeout"},
 		{name: "bad policy", toml: `always_pull_policy = "Sometimes"`, wantErr: "always_pull_policy"},
 		{name: "IfNewerNotPresent", toml: `always_pull_policy = "IfNewerNotPresent"`},
 		{name: "registry health defaults", toml: "", check: func(t *testing.T, c *Config) {

@@ -81,7 +81,13 @@ func init() {
 			}
 			store := metadata.NewImageStore(m.(*metadata.DB))
 			sources := pullsource.New(store)
-			srv, err := progress.Listen(ts.Hub(), c.ProgressAddress, c.ProgressPort, time.Duration(c.ProgressTokenTTL), progress.DefaultInterval)
+			srv, err := progress.Listen(ts.Hub(), progress.Options{
+				Address:        c.ProgressAddress,
+				Port:           c.ProgressPort,
+				TokenTTL:       time.Duration(c.ProgressTokenTTL),
+				MaxConnections: c.ProgressMaxConnections,
+				ClientTimeout:  time.Duration(c.ProgressClientTimeout),
+			})
 			if err != nil {
 				return nil, err
 			}
