@@ -1,8 +1,8 @@
 package main
 
 import (
-	"github.com/vbauerster/mpb/v8"
 	"bytes"
+	"github.com/vbauerster/mpb/v8"
 	"net/http"
 	"net/http/httptest"
 	"strings"
