@@ -2,11 +2,12 @@ package main
 
 import (
 	"bytes"
-	"github.com/vbauerster/mpb/v8"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/vbauerster/mpb/v8"
 )
 
 // lastFrame is what a terminal shows at the end: mpb redraws each frame
