@@ -88,7 +88,7 @@ fuzz:
 	@set -e; for pkg in $$($(GO) list $(FUZZPKG) | grep -v -e '/integration'); do \
 		for name in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' | grep -E -e '$(FUZZ)'); do \
 			echo "== $$pkg $$name ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+			GO=$(GO) hack/fuzz.sh $$pkg $$name $(FUZZTIME); \
 		done; \
 	done
 
