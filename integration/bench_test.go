@@ -32,7 +32,10 @@ func newContenders(b *testing.B, pullwiseConfig string) contenders {
 		b.Fatalf("stock containerd missing (make bench builds it): %v", err)
 	}
 	// Both at info: debug logging costs CPU that the pulls compete for.
-	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig, logLevel: "info"})
+	// PULLWISE_BENCH_TRANSFER is TOML for Pullwise's transfer plugin only
+	// (max_concurrent_unpacks = 4, say), to measure a setting against stock
+	// at its defaults.
+	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig, transfer: os.Getenv("PULLWISE_BENCH_TRANSFER"), logLevel: "info"})
 	stock := pw.sibling(daemon.Options{Binary: stockBin, LogLevel: "info"})
 	return contenders{stock: stock, pullwise: pw}
 }

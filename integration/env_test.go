@@ -32,6 +32,7 @@ type envOptions struct {
 	mirror      string // "", mirrorProxy or mirrorSeeded
 	criImages   string // extra TOML for the CRI images plugin
 	extraConfig string
+	transfer    string // TOML for the transfer plugin's own table
 	// noKeepAlive makes the registries close connections after each
 	// response, and those that send no request within 2s, for tests that
 	// count containerd's goroutines.
@@ -73,7 +74,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		e.mirror = registry.Start(t, ro("mirror", ""))
 	}
 	e.writeHosts()
-	e.d = daemon.Start(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig, LogLevel: opts.logLevel})
+	e.d = daemon.Start(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig, Transfer: opts.transfer, LogLevel: opts.logLevel})
 	e.connect()
 	return e
 }
@@ -217,7 +218,7 @@ func (e *env) awaitGoroutines(baseline int, timeout time.Duration) {
 // state and registries; clients reconnect by themselves.
 func (e *env) restartWith(t testing.TB, opts envOptions) {
 	t.Helper()
-	e.d.RestartWith(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig})
+	e.d.RestartWith(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig, Transfer: opts.transfer})
 }
 
 // code is the gRPC code name of err.

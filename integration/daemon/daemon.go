@@ -41,6 +41,9 @@ type Options struct {
 	// CRIImages is TOML for [plugins."io.containerd.cri.v1.images"] beyond
 	// what the harness sets (snapshotter, registry config_path).
 	CRIImages string
+	// Transfer is TOML for [plugins."io.containerd.transfer.v1.local"]
+	// beyond what the harness sets (config_path, unpack_config).
+	Transfer string
 	// Binary is the containerd to run; default bin/containerd. Benchmarks
 	// run a stock containerd built from the same module beside it.
 	Binary string
@@ -101,6 +104,7 @@ state = "{{.State}}"
 {{.CRIImages}}
   [plugins."io.containerd.cri.v1.images".registry]
     config_path = "{{.HostsDir}}"
+{{.Transfer}}
 
 [plugins."io.containerd.cri.v1.runtime"]
   # root in this sandbox may not lower oom_score_adj below its own.
@@ -239,7 +243,7 @@ func (d *Daemon) writeConfig(t testing.TB, opts Options) string {
 	err := configTemplate.Execute(&cfg, map[string]string{
 		"Root": d.Root, "State": d.State, "Socket": d.Socket, "MetricsAddr": d.MetricsAddr, "DebugSocket": d.DebugSocket,
 		"Snapshotter": d.Snapshotter, "HostsDir": opts.HostsDir, "Platform": hostPlatform(),
-		"CRIImages": opts.CRIImages, "ExtraConfig": opts.ExtraConfig,
+		"CRIImages": opts.CRIImages, "ExtraConfig": opts.ExtraConfig, "Transfer": opts.Transfer,
 	})
 	if err != nil {
 		t.Fatal(err)
