@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+	"github.com/pullwise/pullwise/cri/validate"
 )
 
 // RuntimeImagePullProgress is KEP-5334's method on CRI's own service, where
@@ -32,10 +33,13 @@ func (s *Service) runtimeImagePullProgress(_ any, stream grpc.ServerStream) erro
 	if req.GetPodSandboxId() == "" && req.GetContainerId() == "" {
 		return status.Error(codes.InvalidArgument, "one of pod_sandbox_id or container_id is required")
 	}
-	resp, err := s.ImagePullProgress(stream.Context(), &api.ImagePullProgressRequest{
-		PodSandboxId: req.GetPodSandboxId(),
-		ContainerId:  req.GetContainerId(),
-	})
+	preq := &api.ImagePullProgressRequest{PodSandboxId: req.GetPodSandboxId(), ContainerId: req.GetContainerId()}
+	// Stream handlers are past the unary validation the Pullwise method
+	// gets: apply it here.
+	if err := validate.Request(RuntimeImagePullProgress, preq); err != nil {
+		return err
+	}
+	resp, err := s.ImagePullProgress(stream.Context(), preq)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -38,6 +39,8 @@ func TestRuntimeImagePullProgressBadInput(t *testing.T) {
 		req  any
 	}{
 		{"no id", &api.RuntimeImagePullProgressRequest{}},
+		// Answered before any lookup, without echoing it whole.
+		{"1 MiB pod id", &api.RuntimeImagePullProgressRequest{PodSandboxId: strings.Repeat("a", 1<<20)}},
 		// Field 1 sent as a varint where the KEP has a string.
 		{"wrong wire type", wrapperspb.Int64(7)},
 		// (Bytes that do not decode at all, such as a string that is not
@@ -46,7 +49,7 @@ func TestRuntimeImagePullProgressBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := conn.Invoke(context.Background(), RuntimeImagePullProgress, tc.req, &api.ImagePullProgressResponse{})
-			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() == "" {
+			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() == "" || len(st.Message()) > 1024 {
 				t.Fatalf("got %v, want InvalidArgument with a message", err)
 			}
 		})

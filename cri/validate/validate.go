@@ -101,22 +101,33 @@ func names(req any) map[string]string {
 	return nil
 }
 
-// Interceptor refuses CRI PullImage requests PullImage rejects, and
-// Pullwise requests naming something longer than any name can be.
+// Request refuses a request of method that cannot be served: a CRI
+// PullImage that PullImage rejects, or a Pullwise request naming something
+// longer than any name can be. Handlers that take a request past the unary
+// interceptors (the KEP-5334 method on CRI's service is a stream handler)
+// call it themselves.
+func Request(method string, req any) error {
+	if r, ok := req.(*runtime.PullImageRequest); ok && method == pullImageMethod {
+		if err := PullImage(r); err != nil {
+			return err
+		}
+	}
+	for field, v := range names(req) {
+		if len(v) > maxName {
+			return status.Errorf(codes.InvalidArgument, "%s is %d bytes, longer than any valid one: %s", field, len(v), quote(v))
+		}
+	}
+	return nil
+}
+
+// Interceptor applies Request to every unary call.
 type Interceptor struct{}
 
 // UnaryServerInterceptor implements interceptor.Unary.
 func (Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if r, ok := req.(*runtime.PullImageRequest); ok && info.FullMethod == pullImageMethod {
-			if err := PullImage(r); err != nil {
-				return nil, err
-			}
-		}
-		for field, v := range names(req) {
-			if len(v) > maxName {
-				return nil, status.Errorf(codes.InvalidArgument, "%s is %d bytes, longer than any valid one: %s", field, len(v), quote(v))
-			}
+		if err := Request(info.FullMethod, req); err != nil {
+			return nil, err
 		}
 		return handler(ctx, req)
 	}
