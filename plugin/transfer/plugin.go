@@ -8,6 +8,7 @@ package transfer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 
 	"github.com/containerd/plugin"
@@ -61,8 +62,9 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			// Layers are applied through Pullwise's lane, oldest pull first,
-			// instead of containerd's unpack limiter, which it leaves off.
+			// Layers are applied through Pullwise's lane, oldest pull first.
+			// containerd's unpack limiter is on only to unpack the layers
+			// of an image in parallel (parallelUnpack); it never binds.
 			unpacks := lane.New(unpackLimit(c.MaxConcurrentUnpacks))
 			for i := range ups {
 				ups[i].Applier = lane.Applier{Applier: ups[i].Applier, Lane: unpacks}
@@ -72,7 +74,7 @@ func init() {
 				MaxConcurrentDownloads:      c.MaxConcurrentDownloads,
 				ConcurrentLayerFetchBuffer:  c.ConcurrentLayerFetchBuffer,
 				MaxConcurrentUploadedLayers: c.MaxConcurrentUploadedLayers,
-				MaxConcurrentUnpacks:        1, // no limiter of its own: the lane is it
+				MaxConcurrentUnpacks:        parallelUnpack,
 				DuplicationSuppressor:       transfer.NewKeyedLock(),
 				UnpackPlatforms:             ups,
 				Verifiers:                   verifiers,
@@ -95,6 +97,16 @@ func init() {
 		},
 	})
 }
+
+// parallelUnpack turns on containerd's parallel unpack, which applies the
+// layers of one image at once and rebases them in order after, on a
+// snapshotter that can rebase (overlayfs). containerd takes a place in its
+// own unpack limiter for a layer as soon as the layer's download starts;
+// this limit is too high to ever bind, so places are only taken from the
+// lane, when a layer is in and ready to apply. With one layer at a time
+// per image the oldest pull cannot use more than one CPU, and its
+// remaining layers wait while younger pulls take the other places.
+const parallelUnpack = math.MaxInt32
 
 // unpackLimit is how many layers the node applies at once. Upstream reads
 // max_concurrent_unpacks of 1 (its default) or less as no limit; Pullwise
