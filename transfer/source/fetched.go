@@ -25,6 +25,7 @@ type fetchWatch struct {
 	expected map[digest.Digest]int64  // config and layers of image manifests seen
 	got      map[digest.Digest]int64  // blob bytes read, across range requests
 	manifest bool                     // an image manifest was seen
+	configs  map[digest.Digest]bool   // config blobs of the manifests seen
 }
 
 // OnFetched calls done once every blob of the pull's image manifest has
@@ -57,11 +58,26 @@ func (w *fetchWatch) manifestBody(b []byte) {
 	}
 	w.mu.Lock()
 	w.manifest = true
+	if w.configs == nil {
+		w.configs = map[digest.Digest]bool{}
+	}
+	w.configs[m.Config.Digest] = true
 	for _, d := range append([]ocispec.Descriptor{*m.Config}, m.Layers...) {
 		w.expected[d.Digest] = d.Size
 	}
 	w.mu.Unlock()
 	w.check()
+}
+
+// isConfig reports whether d is the config of an image manifest the pull
+// fetched. Only a watched pull (OnFetched) learns its manifests.
+func (w *fetchWatch) isConfig(d digest.Digest) bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.configs[d]
 }
 
 // blobBytes counts n bytes of blob d read.

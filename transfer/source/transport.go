@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/pullwise/pullwise/transfer/health"
 	"github.com/pullwise/pullwise/transfer/lane"
 )
@@ -55,21 +57,27 @@ var (
 func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	kind, repo, ref := parsePath(req.URL.Path)
 	cfg := t.table.Config()
-	var freeDownload func()
-	if kind == "blobs" && req.Method == http.MethodGet && t.downloads != nil {
-		// A download place is held from the request to the body's end,
-		// as containerd's own limiter would be. It is taken before the
-		// host is admitted, so a probe never waits in the lane.
-		var err error
-		if freeDownload, err = t.downloads.Acquire(req.Context()); err != nil {
+	var download *place
+	if kind == "blobs" && req.Method == http.MethodGet && t.downloads != nil && !t.rec.fetchWatch().isConfig(digest.Digest(ref)) {
+		// A download place is held from the request to the body's last
+		// round trip (see place), as containerd's own limiter would be
+		// to its end. It is taken before the host is admitted, so a
+		// probe never waits in the lane. An image config takes none: it
+		// is a few KiB, and containerd requests none of the image's
+		// layers before it has it, so in an oldest-first lane a young
+		// pull's config would wait for every older pull's layers, and
+		// its own layers a round trip more once the link is free.
+		release, err := t.downloads.Acquire(req.Context())
+		if err != nil {
 			return nil, err
 		}
+		download = newPlace(release)
 	}
 	mustTry := len(t.ep.later) == 0 || !t.table.AnyUsable(t.ep.later)
 	admitted, err := t.table.Admit(t.ep.key, mustTry)
 	if err != nil {
-		if freeDownload != nil {
-			freeDownload()
+		if download != nil {
+			download.give()
 		}
 		t.rec.attempt(kind, ref, t.ep, health.Skipped, 0, err.Error())
 		return nil, err
@@ -77,11 +85,12 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	ctx, cancel := context.WithCancelCause(req.Context())
 	stopWait := watch(cancel, cfg.ResponseTimeout, fmt.Errorf("%w within %s", errNoResponse, cfg.ResponseTimeout))
+	sent := time.Now()
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
 	stopWait()
 	if err != nil {
-		if freeDownload != nil {
-			freeDownload()
+		if download != nil {
+			download.give()
 		}
 		err = causeOf(ctx, err)
 		cancel(nil)
@@ -95,10 +104,13 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.rec.attempt(kind, ref, t.ep, o, resp.StatusCode, resp.Status)
 	if resp.StatusCode >= 400 {
 		t.rec.noteRetryAfter(resp.Header.Get("Retry-After"))
-		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, free: freeDownload}
+		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, download: download}
 		return resp, nil
 	}
-	body := &watchedBody{ReadCloser: resp.Body, cancel: cancel, ctx: ctx, parent: req.Context(), timeout: cfg.ReadTimeout, free: freeDownload}
+	if download != nil {
+		download.answered(time.Since(sent), resp.ContentLength)
+	}
+	body := &watchedBody{ReadCloser: resp.Body, cancel: cancel, ctx: ctx, parent: req.Context(), timeout: cfg.ReadTimeout, download: download}
 	if cfg.ReadTimeout > 0 {
 		// Made here, stopped, rather than in the first Read: Close may run
 		// concurrently with a Read to abort it.
@@ -209,17 +221,17 @@ func describeErr(err error) string {
 // limiter) is not the registry stalling.
 type watchedBody struct {
 	io.ReadCloser
-	cancel  context.CancelCauseFunc
-	ctx     context.Context // the request's own, cancelled on a stall
-	parent  context.Context // the caller's
-	timeout time.Duration
-	add     func(int64)  // blob byte counter, or nil
-	tee     func([]byte) // sees every byte read, or nil
-	free    func()       // gives back the download place, or nil
-	eof     func()       // called at the end of a complete body, or nil
-	failed  func(error)  // reports a body failure
-	once    sync.Once
-	timer   *time.Timer
+	cancel   context.CancelCauseFunc
+	ctx      context.Context // the request's own, cancelled on a stall
+	parent   context.Context // the caller's
+	timeout  time.Duration
+	add      func(int64)  // blob byte counter, or nil
+	tee      func([]byte) // sees every byte read, or nil
+	download *place       // the download place, or nil
+	eof      func()       // called at the end of a complete body, or nil
+	failed   func(error)  // reports a body failure
+	once     sync.Once
+	timer    *time.Timer
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
@@ -232,6 +244,9 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	}
 	if n > 0 && b.add != nil {
 		b.add(int64(n))
+	}
+	if n > 0 && b.download != nil {
+		b.download.advance(n)
 	}
 	if n > 0 && b.tee != nil {
 		b.tee(p[:n])
@@ -263,9 +278,8 @@ func (b *watchedBody) Close() error {
 	}
 	err := b.ReadCloser.Close()
 	b.cancel(nil)
-	if b.free != nil {
-		b.free()
-		b.free = nil
+	if b.download != nil {
+		b.download.give()
 	}
 	return err
 }

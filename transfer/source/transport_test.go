@@ -3,12 +3,14 @@ package source
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -379,5 +381,167 @@ func TestDownloadPlaceHeldUntilBodyCloses(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
+	}
+}
+
+// TestDownloadPlaceGivenBackForTheLastRoundTrip: over a link with a round
+// trip, the next blob request goes out while the body before it has less
+// than a round trip's worth of bytes left, not after its end, and not
+// earlier.
+func TestDownloadPlaceGivenBackForTheLastRoundTrip(t *testing.T) {
+	const (
+		rtt   = 50 * time.Millisecond
+		size  = 256 << 10
+		chunk = 8 << 10
+		// 1.6 MiB/s: a round trip carries 80 KiB, under a third of the body.
+		pace = 5 * time.Millisecond
+		// The server holds the last 40 KiB of the first body until the
+		// second request comes.
+		held = size - 40<<10
+	)
+	blob := bytes.Repeat([]byte("l"), size)
+	more := make(chan struct{})
+	second := make(chan struct{})
+	var firstDone atomic.Bool
+	h := newBlobHost(t, blob)
+	h.serve = func(w http.ResponseWriter, r *http.Request) bool {
+		if h.requests.Load() > 1 {
+			close(second)
+			if !firstDone.Load() {
+				w.Write([]byte("second"))
+			}
+			return true
+		}
+		time.Sleep(rtt)
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		w.Write(blob[:chunk])
+		w.(http.Flusher).Flush()
+		<-more
+		for off := chunk; off < size; off += chunk {
+			if off == held {
+				select {
+				case <-second:
+				case <-time.After(10 * time.Second):
+					t.Error("the next request did not go out while the body had its last round trip left")
+				}
+			}
+			time.Sleep(pace)
+			w.Write(blob[off : off+chunk])
+			w.(http.Flusher).Flush()
+		}
+		return true
+	}
+	downloads := lane.New(1)
+	c := (&Recorder{}).wrap(&http.Client{}, Hosts{Downloads: downloads}, endpoint{key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, role: roleUpstream})
+	url := h.URL + "/v2/team/app/blobs/" + digest.FromBytes(blob).String()
+
+	first, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Body.Close()
+	got := make(chan string, 1)
+	go func() {
+		resp, err := c.Get(url)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got <- string(b)
+	}()
+	for downloads.Waiting() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	// What came with the headers says nothing of the rate: the place is
+	// kept.
+	buf := make([]byte, size)
+	n, err := first.Body.Read(buf)
+	if err != nil || n == 0 {
+		t.Fatalf("first read: %d, %v", n, err)
+	}
+	if downloads.Waiting() != 1 {
+		t.Fatal("the place was given back with most of the body still to come")
+	}
+	close(more)
+	b, err := io.ReadAll(first.Body)
+	if err != nil || n+len(b) != size {
+		t.Fatalf("first body: %d bytes, %v", n+len(b), err)
+	}
+	firstDone.Store(true)
+	if s := <-got; s != "second" {
+		t.Fatalf("second request: %q, want it served while the first body was still arriving", s)
+	}
+}
+
+// TestImageConfigTakesNoDownloadPlace: with every download place taken by
+// older pulls' layers, a pull still gets its image config, which it needs
+// before it can ask for any layer; its layers wait their turn.
+func TestImageConfigTakesNoDownloadPlace(t *testing.T) {
+	config := []byte(`{"rootfs":{"type":"layers"}}`)
+	layer := []byte("layer bytes")
+	manifest, err := json.Marshal(ocispec.Manifest{
+		Config: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(config), Size: int64(len(config))},
+		Layers: []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(layer), Size: int64(len(layer))}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newBlobHost(t, nil)
+	h.serve = func(w http.ResponseWriter, r *http.Request) bool {
+		switch path.Base(r.URL.Path) {
+		case "v1":
+			w.Header().Set("Content-Type", ocispec.MediaTypeImageManifest)
+			w.Write(manifest)
+		case digest.FromBytes(config).String():
+			w.Write(config)
+		default:
+			w.Write(layer)
+		}
+		return true
+	}
+	downloads := lane.New(1)
+	taken, err := downloads.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &Recorder{}
+	rec.OnFetched(func(digest.Digest) bool { return false }, func() {})
+	c := rec.wrap(&http.Client{}, Hosts{Downloads: downloads}, endpoint{key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, role: roleUpstream})
+	get := func(ref string) []byte {
+		resp, err := c.Get(h.URL + "/v2/team/app/" + ref)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		return b
+	}
+
+	get("manifests/v1")
+	configDone := make(chan []byte, 1)
+	go func() { configDone <- get("blobs/" + digest.FromBytes(config).String()) }()
+	select {
+	case got := <-configDone:
+		if !bytes.Equal(got, config) {
+			t.Fatalf("config: %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		taken()
+		t.Fatal("the image config waited for a download place")
+	}
+	layerDone := make(chan []byte, 1)
+	go func() { layerDone <- get("blobs/" + digest.FromBytes(layer).String()) }()
+	for downloads.Waiting() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	taken()
+	if got := <-layerDone; !bytes.Equal(got, layer) {
+		t.Fatalf("layer: %q", got)
 	}
 }
