@@ -17,7 +17,7 @@ import (
 const (
 	StateWaiting   = "waiting"   // queued for a slot
 	StatePulling   = "pulling"   // holding a slot, fetching
-	StateUnpacking = "unpacking" // every blob fetched, slot given back
+	StateUnpacking = "unpacking" // every blob fetched; slot given back, or kept (gate.Handback)
 )
 
 // PullStatus is one pull in flight or waiting, shared callers counted once.

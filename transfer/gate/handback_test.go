@@ -1,0 +1,97 @@
+package gate
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestHandback plays pulls' events through a hand back of limit 1 and
+// checks which slots were given back after each, in order.
+func TestHandback(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limit  int
+		events string // "f2" pull 2 fetched, "d2" pull 2 done
+		want   []string
+	}{
+		{"the first fetched gives its slot back at once", 1, "f1", []string{"1"}},
+		{"the second keeps it until the first is done", 1, "f1 f2", []string{"1", "1"}},
+		{"then gives it back", 1, "f1 f2 d1", []string{"1", "1", "1 2"}},
+		{"held ones follow in fetch order", 1, "f1 f3 f2 d1 d3", []string{"1", "1", "1", "1 3", "1 3 2"}},
+		{"a held pull that ends leaves the line", 1, "f1 f2 f3 d2 d1", []string{"1", "1", "1", "1", "1 3"}},
+		{"a pull that ends before its blobs are in changes nothing", 1, "d1 f2", []string{"", "2"}},
+		{"fetched after its end: nothing held", 1, "f1 d2 f2 d1 f3", []string{"1", "1", "1", "1", "1 3"}},
+		{"a limit of two", 2, "f1 f2 f3 d2", []string{"1", "1 2", "1 2", "1 2 3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := NewHandback(tc.limit)
+			var (
+				mu       sync.Mutex
+				released []string
+			)
+			turns := map[string]*Turn{}
+			turn := func(id string) *Turn {
+				if turns[id] == nil {
+					turns[id] = h.Start()
+				}
+				return turns[id]
+			}
+			var got []string
+			for _, ev := range strings.Fields(tc.events) {
+				id := ev[1:]
+				switch ev[0] {
+				case 'f':
+					turn(id).Fetched(func() {
+						mu.Lock()
+						defer mu.Unlock()
+						if slices.Contains(released, id) {
+							t.Errorf("slot of %s given back twice", id)
+						}
+						released = append(released, id)
+					})
+				case 'd':
+					turn(id).Done()
+				}
+				mu.Lock()
+				got = append(got, strings.Join(released, " "))
+				mu.Unlock()
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("given back after each event: %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestHandbackConcurrent: pulls fetching and ending from many goroutines
+// leave nothing held and every fetched slot given back exactly once.
+func TestHandbackConcurrent(t *testing.T) {
+	h := NewHandback(1)
+	var wg sync.WaitGroup
+	given := make([]atomic.Int32, 200)
+	for i := range given {
+		wg.Go(func() {
+			turn := h.Start()
+			turn.Fetched(func() { given[i].Add(1) })
+			turn.Done()
+		})
+	}
+	wg.Wait()
+	for i := range given {
+		if n := given[i].Load(); n > 1 {
+			t.Errorf("slot of pull %d given back %d times", i, n)
+		}
+	}
+	if h.Held() != 0 {
+		t.Fatalf("%d pulls still held", h.Held())
+	}
+	// The hand back is free again: the next fetched pull goes at once.
+	next := false
+	h.Start().Fetched(func() { next = true })
+	if !next {
+		t.Fatal("the next pull kept its slot after every pull ended")
+	}
+}
