@@ -63,8 +63,8 @@ func init() {
 				return nil, err
 			}
 			// Layers are applied through Pullwise's lane, oldest pull first.
-			// containerd's unpack limiter is on only to unpack the layers
-			// of an image in parallel (parallelUnpack); it never binds.
+			// containerd's unpack limiter is on only where the operator
+			// asked for parallel unpack (containerdUnpacks); it never binds.
 			unpacks := lane.New(unpackLimit(c.MaxConcurrentUnpacks))
 			for i := range ups {
 				ups[i].Applier = lane.Applier{Applier: ups[i].Applier, Lane: unpacks}
@@ -74,7 +74,7 @@ func init() {
 				MaxConcurrentDownloads:      c.MaxConcurrentDownloads,
 				ConcurrentLayerFetchBuffer:  c.ConcurrentLayerFetchBuffer,
 				MaxConcurrentUploadedLayers: c.MaxConcurrentUploadedLayers,
-				MaxConcurrentUnpacks:        parallelUnpack,
+				MaxConcurrentUnpacks:        containerdUnpacks(c.MaxConcurrentUnpacks),
 				DuplicationSuppressor:       transfer.NewKeyedLock(),
 				UnpackPlatforms:             ups,
 				Verifiers:                   verifiers,
@@ -98,15 +98,27 @@ func init() {
 	})
 }
 
-// parallelUnpack turns on containerd's parallel unpack, which applies the
-// layers of one image at once and rebases them in order after, on a
-// snapshotter that can rebase (overlayfs). containerd takes a place in its
-// own unpack limiter for a layer as soon as the layer's download starts;
-// this limit is too high to ever bind, so places are only taken from the
-// lane, when a layer is in and ready to apply. With one layer at a time
-// per image the oldest pull cannot use more than one CPU, and its
-// remaining layers wait while younger pulls take the other places.
-const parallelUnpack = math.MaxInt32
+// containerdUnpacks is the max_concurrent_unpacks containerd's transfer
+// service gets. Above 1, upstream turns on its parallel unpack, which
+// applies the layers of one image at once and rebases them in order after,
+// on a snapshotter that can rebase (overlayfs): Pullwise keeps that
+// meaning of the key. But containerd takes a place in its own limiter for
+// a layer as soon as the layer's download starts, so it gets a limit too
+// high to ever bind, and places are taken from the lane only, when a layer
+// is in and ready to apply.
+//
+// Parallel unpack stays opt-in, as upstream has it: it is young, and it
+// does not unpack every image as the sequential path does. A directory
+// that a layer implies (it has d/f but no d/ entry) is created with mode
+// 0755 and owner root in that layer, instead of keeping the mode and owner
+// it has in the layers below, so a private directory can become
+// world-readable (containerd v2.4.2; docs/pull-gate.md).
+func containerdUnpacks(configured int) int {
+	if configured > 1 {
+		return math.MaxInt32
+	}
+	return 1
+}
 
 // unpackLimit is how many layers the node applies at once. Upstream reads
 // max_concurrent_unpacks of 1 (its default) or less as no limit; Pullwise
