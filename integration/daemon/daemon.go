@@ -215,6 +215,35 @@ func (d *Daemon) LiveHeap(t testing.TB) int64 {
 	return 0
 }
 
+// Profile is a CPU profile of containerd over d, from its pprof endpoint,
+// for benchmarks that look at where a burst of pulls spends the CPUs.
+func (d *Daemon) Profile(t testing.TB, over time.Duration) []byte {
+	t.Helper()
+	return []byte(d.debugRead(t, fmt.Sprintf("/debug/pprof/profile?seconds=%d", max(int(over.Seconds()), 1))))
+}
+
+// CPUTime is the user and system CPU time containerd has used so far.
+func (d *Daemon) CPUTime(t testing.TB) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.PID()))
+	if err != nil {
+		t.Fatalf("containerd CPU time: %v", err)
+	}
+	// Fields after the command, which is in parentheses and may hold
+	// spaces: utime and stime are the 12th and 13th, in clock ticks (100
+	// a second on Linux, whatever the kernel's HZ).
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatalf("containerd CPU time: %q: %v", f, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
 // debugRead GETs path on containerd's debug socket and reads the whole
 // answer: a handler left writing to a client that stopped reading would
 // count among the goroutines of the next look.
