@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"path"
 	"runtime"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +47,16 @@ type Image struct {
 	// or relative to /) to content, each a regular file with mode 0755 and
 	// its parent directories, so an image can carry an executable.
 	Files map[string][]byte
+	// FileLayers go one layer each, in order, after Layers and Files, for
+	// images whose later layers change what earlier ones put in place.
+	// Keys are paths as in Files; the value says what the layer does there:
+	//   - content: a regular file as in Files;
+	//   - nil: delete the file or directory (an OCI whiteout, .wh.<name>);
+	//   - nil on a path ending in "/": make that directory opaque
+	//     (.wh..wh..opq), hiding what earlier layers put in it, but not the
+	//     files this layer puts there.
+	// Unlike in Files, nil is no empty file here: write []byte{} for one.
+	FileLayers []map[string][]byte
 	// Entrypoint and Cmd are set in the image config, e.g. to run a file
 	// from Files.
 	Entrypoint []string
@@ -121,6 +129,17 @@ func BuildImage(img Image) (v1.Image, error) {
 			History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "registry test files"},
 		})
 	}
+	for i, changes := range img.FileLayers {
+		layer, err := buildChangesLayer(changes)
+		if err != nil {
+			return nil, fmt.Errorf("build file layer %d: %w", i, err)
+		}
+		adds = append(adds, mutate.Addendum{
+			Layer:     layer,
+			MediaType: types.OCILayer,
+			History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: fmt.Sprintf("registry test file layer %d", i)},
+		})
+	}
 	out, err := mutate.Append(base, adds...)
 	if err != nil {
 		return nil, fmt.Errorf("append layers: %w", err)
@@ -156,63 +175,6 @@ func buildLayer(seed int64, index int, size int64, compressible bool) (v1.Layer,
 	}
 	if _, err := io.CopyN(tw, src, size); err != nil {
 		return nil, fmt.Errorf("write file content: %w", err)
-	}
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("close tar: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("close gzip: %w", err)
-	}
-	return gzipLayer(buf.Bytes())
-}
-
-// buildFilesLayer makes a gzip tar of files (path to content) and their
-// parent directories, in sorted order, so the blob depends only on files.
-func buildFilesLayer(files map[string][]byte) (v1.Layer, error) {
-	dirs, contents := map[string]bool{}, map[string][]byte{}
-	for p, content := range files {
-		name := strings.TrimPrefix(path.Clean("/"+p), "/")
-		if name == "" {
-			return nil, fmt.Errorf("file path %q names the root", p)
-		}
-		if _, dup := contents[name]; dup {
-			return nil, fmt.Errorf("file path %q given twice", p)
-		}
-		contents[name] = content
-		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-			dirs[dir] = true
-		}
-	}
-	names := make([]string, 0, len(dirs)+len(contents))
-	for name := range dirs {
-		if _, ok := contents[name]; ok {
-			return nil, fmt.Errorf("%q is both a file and a parent directory", name)
-		}
-		names = append(names, name)
-	}
-	for name := range contents {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-
-	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.NoCompression)
-	if err != nil {
-		return nil, fmt.Errorf("create gzip writer: %w", err)
-	}
-	tw := tar.NewWriter(zw)
-	for _, name := range names {
-		hdr := &tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatUSTAR}
-		content, isFile := contents[name]
-		if isFile {
-			hdr.Typeflag, hdr.Name, hdr.Size = tar.TypeReg, name, int64(len(content))
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return nil, fmt.Errorf("write tar header for %s: %w", name, err)
-		}
-		if _, err := tw.Write(content); err != nil {
-			return nil, fmt.Errorf("write %s: %w", name, err)
-		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, fmt.Errorf("close tar: %w", err)

@@ -178,6 +178,8 @@ func TestBuildImageRejectsBadFiles(t *testing.T) {
 		"root":             {"/": []byte("x")},
 		"same path twice":  {"/a": nil, "a": nil},
 		"file is a parent": {"/a": nil, "/a/b": nil},
+		"directory path":   {"/a/": []byte("x")},
+		"whiteout name":    {"/a/.wh.b": nil},
 	} {
 		_, err := BuildImage(Image{Files: files})
 		assert.Error(t, err, name)
