@@ -104,7 +104,6 @@ state = "{{.State}}"
 {{.CRIImages}}
   [plugins."io.containerd.cri.v1.images".registry]
     config_path = "{{.HostsDir}}"
-{{.Transfer}}
 
 [plugins."io.containerd.cri.v1.runtime"]
   # root in this sandbox may not lower oom_score_adj below its own.
@@ -112,6 +111,7 @@ state = "{{.State}}"
 
 [plugins."io.containerd.transfer.v1.local"]
   config_path = "{{.HostsDir}}"
+{{.Transfer}}
 
   [[plugins."io.containerd.transfer.v1.local".unpack_config]]
     platform = "{{.Platform}}"
