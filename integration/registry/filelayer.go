@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"io/fs"
 	"path"
 	"sort"
 	"strings"
@@ -30,10 +31,28 @@ func buildFilesLayer(files map[string][]byte) (v1.Layer, error) {
 	return l.build()
 }
 
+// Dir is the mode and owner of a directory entry in a FileLayers layer
+// (Image.FileLayerDirs). The zero Dir is the entry written for a parent
+// directory: mode 0755, owned by root.
+type Dir struct {
+	// Mode holds permission bits only (fs.ModePerm); 0 means 0755.
+	Mode fs.FileMode
+	// UID and GID are the numeric owner, as image layers record it.
+	UID, GID int
+}
+
 // buildChangesLayer makes one layer of Image.FileLayers, where nil content
 // deletes a path, or makes a directory opaque when the path ends in "/".
-func buildChangesLayer(changes map[string][]byte) (v1.Layer, error) {
+// dirs are directory entries with their mode and owner; with impliedDirs
+// no other directory entry is written.
+func buildChangesLayer(changes map[string][]byte, dirs map[string]Dir, impliedDirs bool) (v1.Layer, error) {
 	l := newFilesLayer()
+	l.impliedDirs = impliedDirs
+	for p, d := range dirs {
+		if err := l.dir(p, d); err != nil {
+			return nil, err
+		}
+	}
 	for p, content := range changes {
 		var err error
 		switch {
@@ -57,6 +76,10 @@ type filesLayer struct {
 	seen    map[string]bool  // cleaned paths as given, to catch one given twice
 	files   map[string]entry // by tar name: files, whiteouts and opaque markers
 	deleted map[string]bool  // paths a whiteout deletes
+	dirs    map[string]Dir   // directory entries given with their mode and owner
+	// impliedDirs writes no directory entries but dirs: parents are left
+	// for the unpacker to create, or to keep from the layers below.
+	impliedDirs bool
 }
 
 type entry struct {
@@ -65,18 +88,29 @@ type entry struct {
 }
 
 func newFilesLayer() *filesLayer {
-	return &filesLayer{seen: map[string]bool{}, files: map[string]entry{}, deleted: map[string]bool{}}
+	return &filesLayer{seen: map[string]bool{}, files: map[string]entry{}, deleted: map[string]bool{}, dirs: map[string]Dir{}}
 }
 
-// name turns a path as given (absolute or relative to /) into its tar name.
-func (l *filesLayer) name(p string) (string, error) {
+// cleanName turns a path as given (absolute or relative to /) into its tar
+// name, without a trailing slash.
+func cleanName(p string) (string, error) {
 	name := strings.TrimPrefix(path.Clean("/"+p), "/")
 	if name == "" {
-		return "", fmt.Errorf("file path %q names the root", p)
+		return "", fmt.Errorf("path %q names the root", p)
 	}
 	if strings.HasPrefix(path.Base(name), whiteoutPrefix) {
-		// Such a file would be read back as a whiteout of another path.
-		return "", fmt.Errorf("file path %q has the whiteout prefix %q", p, whiteoutPrefix)
+		// Such an entry would be read back as a whiteout of another path.
+		return "", fmt.Errorf("path %q has the whiteout prefix %q", p, whiteoutPrefix)
+	}
+	return name, nil
+}
+
+// name is cleanName for a path of the changes, each of which may be given
+// once.
+func (l *filesLayer) name(p string) (string, error) {
+	name, err := cleanName(p)
+	if err != nil {
+		return "", err
 	}
 	if l.seen[name] {
 		return "", fmt.Errorf("file path %q given twice", p)
@@ -95,6 +129,30 @@ func (l *filesLayer) file(p string, content []byte) error {
 	}
 	// 0755, so that an image can carry an executable.
 	l.files[name] = entry{mode: 0o755, content: content}
+	return nil
+}
+
+// dir adds a directory entry with d's mode and owner. It is kept apart from
+// the changes' paths, so that a directory can be given both its mode here
+// and made opaque there; build rejects one that is a file or deleted.
+func (l *filesLayer) dir(p string, d Dir) error {
+	name, err := cleanName(p)
+	if err != nil {
+		return err
+	}
+	if _, ok := l.dirs[name]; ok {
+		return fmt.Errorf("directory %q given twice", p)
+	}
+	if d.Mode&^fs.ModePerm != 0 {
+		return fmt.Errorf("directory %q: mode %v has bits beyond the permissions", p, d.Mode)
+	}
+	if d.UID < 0 || d.GID < 0 {
+		return fmt.Errorf("directory %q: owner %d:%d is negative", p, d.UID, d.GID)
+	}
+	if d.Mode == 0 {
+		d.Mode = 0o755
+	}
+	l.dirs[name] = d
 	return nil
 }
 
@@ -117,24 +175,42 @@ func (l *filesLayer) opaque(p string) error {
 	return nil
 }
 
-// build writes the entries and their parent directories as a gzip tar in
-// sorted order, so the blob depends only on what was added, not on map
-// order or the clock.
+// build writes the entries and their directories as a gzip tar in sorted
+// order, so the blob depends only on what was added, not on map order or
+// the clock. Parent directories get the zero Dir unless given, and are left
+// out with impliedDirs.
 func (l *filesLayer) build() (v1.Layer, error) {
-	dirs := map[string]bool{}
+	parents := map[string]bool{}
 	for name := range l.files {
-		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-			dirs[dir] = true
-		}
+		addParents(parents, name)
 	}
-	names := make([]string, 0, len(dirs)+len(l.files))
-	for name := range dirs {
+	for name := range l.dirs {
+		addParents(parents, name)
+	}
+	dirs := map[string]Dir{}
+	for name := range parents {
+		// Checked also when not written: the layer would still be wrong.
 		if _, ok := l.files[name]; ok {
 			return nil, fmt.Errorf("%q is both a file and a parent directory", name)
 		}
 		if l.deleted[name] {
 			return nil, fmt.Errorf("%q is both deleted and a parent directory", name)
 		}
+		if !l.impliedDirs {
+			dirs[name] = Dir{Mode: 0o755}
+		}
+	}
+	for name, d := range l.dirs {
+		if _, ok := l.files[name]; ok {
+			return nil, fmt.Errorf("%q is both a file and a directory", name)
+		}
+		if l.deleted[name] {
+			return nil, fmt.Errorf("%q is both deleted and a directory", name)
+		}
+		dirs[name] = d
+	}
+	names := make([]string, 0, len(dirs)+len(l.files))
+	for name := range dirs {
 		names = append(names, name)
 	}
 	for name := range l.files {
@@ -149,7 +225,8 @@ func (l *filesLayer) build() (v1.Layer, error) {
 	}
 	tw := tar.NewWriter(zw)
 	for _, name := range names {
-		hdr := &tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatUSTAR}
+		d := dirs[name]
+		hdr := &tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: int64(d.Mode), Uid: d.UID, Gid: d.GID, ModTime: epoch, Format: tar.FormatUSTAR}
 		e, isFile := l.files[name]
 		if isFile {
 			hdr.Typeflag, hdr.Name, hdr.Mode, hdr.Size = tar.TypeReg, name, e.mode, int64(len(e.content))
@@ -168,4 +245,11 @@ func (l *filesLayer) build() (v1.Layer, error) {
 		return nil, fmt.Errorf("close gzip: %w", err)
 	}
 	return gzipLayer(buf.Bytes())
+}
+
+// addParents adds to parents every directory above name.
+func addParents(parents map[string]bool, name string) {
+	for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+		parents[dir] = true
+	}
 }

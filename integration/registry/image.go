@@ -56,7 +56,20 @@ type Image struct {
 	//     (.wh..wh..opq), hiding what earlier layers put in it, but not the
 	//     files this layer puts there.
 	// Unlike in Files, nil is no empty file here: write []byte{} for one.
+	// Parent directories get entries of mode 0755 owned by root, unless
+	// FileLayerDirs or ImpliedDirs say otherwise.
 	FileLayers []map[string][]byte
+	// FileLayerDirs, optional, holds directory entries for FileLayers:
+	// FileLayerDirs[i] for FileLayers[i], path (as in Files, a trailing "/"
+	// allowed) to the mode and owner of its entry, written also when the
+	// layer puts nothing in the directory. It may be shorter than
+	// FileLayers.
+	FileLayerDirs []map[string]Dir
+	// ImpliedDirs leaves out of FileLayers every directory entry that
+	// FileLayerDirs does not list, as some image builders do: a layer
+	// with "/a/x" then has a/x but no a/, and the unpacker must create a/
+	// or keep it as the layers below have it.
+	ImpliedDirs bool
 	// Entrypoint and Cmd are set in the image config, e.g. to run a file
 	// from Files.
 	Entrypoint []string
@@ -129,8 +142,19 @@ func BuildImage(img Image) (v1.Image, error) {
 			History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "registry test files"},
 		})
 	}
+	if len(img.FileLayerDirs) > len(img.FileLayers) {
+		return nil, fmt.Errorf("%d FileLayerDirs for %d FileLayers", len(img.FileLayerDirs), len(img.FileLayers))
+	}
+	if img.ImpliedDirs && len(img.FileLayers) == 0 {
+		// It would change nothing: Files always has its parents.
+		return nil, fmt.Errorf("ImpliedDirs without FileLayers")
+	}
 	for i, changes := range img.FileLayers {
-		layer, err := buildChangesLayer(changes)
+		var dirs map[string]Dir
+		if i < len(img.FileLayerDirs) {
+			dirs = img.FileLayerDirs[i]
+		}
+		layer, err := buildChangesLayer(changes, dirs, img.ImpliedDirs)
 		if err != nil {
 			return nil, fmt.Errorf("build file layer %d: %w", i, err)
 		}
