@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/containerd/containerd/v2/client"
@@ -24,13 +25,12 @@ import (
 // filesystem containerd unpacked. With parallel unpack each layer is applied
 // without its parents and rebased after, so a whiteout applied as a plain
 // deletion (of nothing) instead of an overlay whiteout would bring deleted
-// files back.
+// files back. Parallel unpack is opt-in: the operator asks for it with
+// max_concurrent_unpacks above 1 in the transfer plugin's table.
 func TestParallelUnpackWhiteouts(t *testing.T) {
-	e := newEnv(t, envOptions{logLevel: "debug"}) // "image unpacked" is a debug line
-	if e.d.Snapshotter != "overlayfs" {
-		// Parallel unpack needs a snapshotter that can rebase; native cannot.
-		t.Fatalf("containerd runs the %s snapshotter: overlay does not mount under %s, and this test needs overlayfs", e.d.Snapshotter, e.d.Dir)
-	}
+	// "image unpacked" is a debug line.
+	e := newEnv(t, envOptions{logLevel: "debug", transfer: "  max_concurrent_unpacks = 2"})
+	requireOverlayfs(t, e)
 	img := e.push("unpack/whiteouts", "v1", registry.Image{FileLayers: []map[string][]byte{
 		{"/a/x": []byte("x1"), "/a/y": []byte("y1"), "/b/z": []byte("z1"), "/keep": []byte("keep1")},
 		{"/a/x": nil},
@@ -48,12 +48,87 @@ func TestParallelUnpackWhiteouts(t *testing.T) {
 		t.Errorf("unpacked root filesystem:\n%v\nwant:\n%v", got, want)
 	}
 
-	line := unpackedLine(e.d.Log(), img.Config)
-	if line == "" {
-		t.Fatalf("containerd logged no \"image unpacked\" line for config %s", img.Config)
+	assertUnpacked(t, e, img.Config, chainID, true)
+}
+
+// TestDefaultUnpackKeepsImpliedDirectories pulls through CRI, with the
+// default config, an image whose second layer adds a file to a private
+// directory and deletes one from another without directory entries for
+// either, as some image builders write layers. Both directories must keep
+// the mode and owner the first layer gave them. containerd v2.4.2's
+// parallel unpack applies that layer alone and creates them 0755 and owned
+// by root, so a private directory would become world-readable: this is why
+// the default unpack stays sequential.
+func TestDefaultUnpackKeepsImpliedDirectories(t *testing.T) {
+	e := newEnv(t, envOptions{logLevel: "debug"}) // "image unpacked" is a debug line
+	requireOverlayfs(t, e)
+	img := e.push("unpack/implied-dirs", "v1", registry.Image{
+		FileLayers: []map[string][]byte{
+			{"/d/f": []byte("f1"), "/d/h": []byte("h1"), "/e/f": []byte("ef1"), "/e/k": []byte("k1")},
+			{"/d/g": []byte("g2"), "/e/f": nil},
+		},
+		FileLayerDirs: []map[string]registry.Dir{{
+			"d": {Mode: 0o700, UID: 1000, GID: 1000},
+			"e": {Mode: 0o750, UID: 1001, GID: 1001},
+		}},
+		// The second layer has d/g and e/.wh.f only; the first has d/ and
+		// e/ because they are listed.
+		ImpliedDirs: true,
+	})
+	e.criPull(img.Ref)
+
+	root, chainID := e.mountImage("k8s.io", img.Ref, "overlayfs")
+	wantTree := map[string]string{"d/": "", "d/f": "f1", "d/g": "g2", "d/h": "h1", "e/": "", "e/k": "k1"}
+	if got := rootTree(t, root); !maps.Equal(got, wantTree) {
+		t.Errorf("unpacked root filesystem:\n%v\nwant:\n%v", got, wantTree)
 	}
-	if !slices.Contains(strings.Fields(line), "parallel=true") {
-		t.Errorf("containerd did not unpack in parallel:\n%s", line)
+	type owned struct {
+		mode     fs.FileMode
+		uid, gid uint32
+	}
+	for _, want := range []struct {
+		name string
+		owned
+	}{
+		{"d", owned{fs.ModeDir | 0o700, 1000, 1000}},
+		{"e", owned{fs.ModeDir | 0o750, 1001, 1001}},
+	} {
+		fi, err := os.Lstat(filepath.Join(root, want.name))
+		if err != nil {
+			t.Errorf("/%s: %v", want.name, err)
+			continue
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if got := (owned{fi.Mode(), st.Uid, st.Gid}); got != want.owned {
+			t.Errorf("/%s is %v owned by %d:%d, want %v owned by %d:%d as the first layer has it",
+				want.name, got.mode, got.uid, got.gid, want.mode, want.uid, want.gid)
+		}
+	}
+
+	assertUnpacked(t, e, img.Config, chainID, false)
+}
+
+// requireOverlayfs stops a test whose containerd cannot run overlayfs:
+// parallel unpack, which these tests are about, needs a snapshotter that
+// can rebase, and native cannot.
+func requireOverlayfs(t *testing.T, e *env) {
+	t.Helper()
+	if e.d.Snapshotter != "overlayfs" {
+		t.Fatalf("containerd runs the %s snapshotter: overlay does not mount under %s, and this test needs overlayfs", e.d.Snapshotter, e.d.Dir)
+	}
+}
+
+// assertUnpacked checks containerd's "image unpacked" line for the image
+// with config cfg: it names the image's chain and says whether the layers
+// were unpacked in parallel.
+func assertUnpacked(t *testing.T, e *env, cfg, chainID digest.Digest, parallel bool) {
+	t.Helper()
+	line := unpackedLine(e.d.Log(), cfg)
+	if line == "" {
+		t.Fatalf("containerd logged no \"image unpacked\" line for config %s", cfg)
+	}
+	if want := fmt.Sprintf("parallel=%t", parallel); !slices.Contains(strings.Fields(line), want) {
+		t.Errorf("containerd's unpack line does not say %s:\n%s", want, line)
 	}
 	if !strings.Contains(line, chainID.String()) {
 		t.Errorf("containerd unpacked another chain than the image's %s:\n%s", chainID, line)
