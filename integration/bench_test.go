@@ -34,11 +34,12 @@ func newContenders(b *testing.B, pullwiseConfig string) contenders {
 		b.Fatalf("stock containerd missing (make bench builds it): %v", err)
 	}
 	// Both at info: debug logging costs CPU that the pulls compete for.
-	// PULLWISE_BENCH_TRANSFER is TOML for Pullwise's transfer plugin only
-	// (max_concurrent_unpacks = 4, say), to measure a setting against stock
-	// at its defaults.
+	// PULLWISE_BENCH_TRANSFER is TOML for Pullwise's transfer plugin
+	// (max_concurrent_unpacks = 2, say), PULLWISE_BENCH_STOCK_TRANSFER the
+	// same for stock: to measure a setting against stock at its defaults,
+	// or both with it.
 	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig, transfer: os.Getenv("PULLWISE_BENCH_TRANSFER"), logLevel: "info"})
-	stock := pw.sibling(daemon.Options{Binary: stockBin, LogLevel: "info"})
+	stock := pw.sibling(daemon.Options{Binary: stockBin, LogLevel: "info", Transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER")})
 	return contenders{stock: stock, pullwise: pw}
 }
 

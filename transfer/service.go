@@ -43,9 +43,6 @@ type Service struct {
 	hub     hub.Hub
 	metrics *metrics
 	unique  atomic.Uint64 // keys for pulls that must not be shared
-	// handback decides when a fetched pull gives its slot back: at once
-	// for one pull at a time, after its unpacking for the others.
-	handback *gate.Handback
 
 	config atomic.Pointer[config]
 }
@@ -67,6 +64,9 @@ type Config struct {
 	// and serves the oldest pull first; nil leaves containerd's FIFO
 	// limiter in charge.
 	Downloads *lane.Lane
+	// Handback decides when a pull whose blobs are in gives its slot
+	// back; nil: at once.
+	Handback *gate.Handback
 }
 
 type config struct {
@@ -77,7 +77,7 @@ type config struct {
 // New wraps next; local is what fast paths check. Metrics go to reg. Until
 // Configure is called, pulls are not limited.
 func New(next transfer.Transferrer, local Local, reg prometheus.Registerer) (*Service, error) {
-	s := &Service{next: next, local: local, handback: gate.NewHandback(earlyHandbacks)}
+	s := &Service{next: next, local: local}
 	s.Configure(Config{})
 	m, err := newMetrics(reg,
 		func() float64 { return float64(s.config.Load().Gate.Running()) },
@@ -196,7 +196,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		return fmt.Errorf("pull %s: %w", ref, err)
 	}
 	defer release()
-	turn := s.handback.Start()
+	turn := cfg.Handback.Start()
 	defer turn.Done()
 	s.pulls.start(p)
 	defer func() {
@@ -216,10 +216,8 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 			// The slot bounds pulls talking to registries. Once every blob
 			// is in, only unpacking is left, which the unpack lane orders
 			// and bounds: the next pull may download meanwhile, so the
-			// link does not idle while this one unpacks. The hand back
-			// keeps that to one pull at a time, so downloads running
-			// ahead do not take the CPUs from the oldest pulls'
-			// unpacking.
+			// link does not idle while this one unpacks. A hand back, if
+			// any, keeps that to a few pulls at a time.
 			rec.OnFetched(s.local.present(ctx), func() {
 				s.pulls.fetched(p)
 				turn.Fetched(release)
@@ -283,12 +281,6 @@ func explain(err error, rec *source.Fetcher) error {
 	}
 	return err
 }
-
-// earlyHandbacks is how many fetched pulls may unpack without their slot
-// at once. One keeps a link busy (BenchmarkDifferentImages, wan) and
-// cost the loopback profile, CPU-bound on two CPUs, the least
-// (docs/benchmarks.md).
-const earlyHandbacks = 1
 
 // progressInterval matches the period of containerd's own progress events.
 const progressInterval = 300 * time.Millisecond

@@ -22,6 +22,7 @@ import (
 	"github.com/containerd/containerd/v2/plugins"
 
 	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/gate"
 	"github.com/pullwise/pullwise/transfer/lane"
 
 	// Type registrations for transfer sources and destinations; without
@@ -89,6 +90,15 @@ func init() {
 				return nil, err
 			}
 			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads)}
+			if containerdUnpacks(c.MaxConcurrentUnpacks) > 1 {
+				// Only one pull at a time unpacks without its slot: with
+				// the layers of an image unpacked in parallel, the oldest
+				// pulls can use every CPU, and downloads running ahead
+				// would take them. One layer at a time, an image cannot,
+				// and a slot kept would only idle the link
+				// (docs/benchmarks.md).
+				tc.Handback = gate.NewHandback(1)
+			}
 			if c.RegistryConfigPath != "" {
 				tc.HostDirs = []string{c.RegistryConfigPath}
 			}

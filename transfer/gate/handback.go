@@ -41,8 +41,11 @@ const (
 )
 
 // Start begins a pull's turn; call Done when the pull ends, however it
-// ends.
+// ends. A nil Handback gives every slot back at once.
 func (h *Handback) Start() *Turn {
+	if h == nil {
+		return nil
+	}
 	return &Turn{h: h}
 }
 
@@ -50,6 +53,10 @@ func (h *Handback) Start() *Turn {
 // slot back, now or when an earlier pull is done unpacking. It does not
 // block.
 func (t *Turn) Fetched(release func()) {
+	if t == nil {
+		release()
+		return
+	}
 	h := t.h
 	h.mu.Lock()
 	if t.state != turnActive {
@@ -72,6 +79,9 @@ func (t *Turn) Fetched(release func()) {
 // held one give back its own. The caller still releases its own slot as
 // usual (release is idempotent).
 func (t *Turn) Done() {
+	if t == nil {
+		return
+	}
 	h := t.h
 	h.mu.Lock()
 	var next func()

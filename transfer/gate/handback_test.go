@@ -95,3 +95,18 @@ func TestHandbackConcurrent(t *testing.T) {
 		t.Fatal("the next pull kept its slot after every pull ended")
 	}
 }
+
+// TestNoHandback: without a hand back every fetched pull gives its slot
+// back at once.
+func TestNoHandback(t *testing.T) {
+	var h *Handback
+	given := 0
+	for range 3 {
+		turn := h.Start()
+		turn.Fetched(func() { given++ })
+		defer turn.Done()
+	}
+	if given != 3 {
+		t.Fatalf("%d of 3 slots given back", given)
+	}
+}
