@@ -104,8 +104,9 @@ func (c contenders) each(i int, fn func(name string, e *env)) {
 // The first pods should get their images early (median-ratio) without the
 // last one getting it later (makespan-ratio). PULLWISE_BENCH_VERBOSE=1 logs
 // every completion and Pullwise's per-pull timelines;
-// PULLWISE_BENCH_PROFILE=prefix writes a 2 s CPU profile of Pullwise's
-// containerd from the start of each burst to prefix.profile.iteration.
+// PULLWISE_BENCH_PROFILE=prefix writes a 2 s CPU profile of each
+// containerd from the start of each burst to
+// prefix.{stock,pullwise}.profile.iteration.
 func BenchmarkDifferentImages(b *testing.B) {
 	const pulls = 20
 	for _, profile := range []string{"loopback", "wan"} {
@@ -129,9 +130,9 @@ func BenchmarkDifferentImages(b *testing.B) {
 				b.StartTimer()
 				c.each(i, func(name string, e *env) {
 					var profiled sync.WaitGroup
-					if prefix := os.Getenv("PULLWISE_BENCH_PROFILE"); prefix != "" && name == "pullwise" {
+					if prefix := os.Getenv("PULLWISE_BENCH_PROFILE"); prefix != "" {
 						profiled.Go(func() {
-							file := fmt.Sprintf("%s.%s.%d", prefix, profile, i)
+							file := fmt.Sprintf("%s.%s.%s.%d", prefix, name, profile, i)
 							if err := os.WriteFile(file, e.d.Profile(b, 2*time.Second), 0o644); err != nil {
 								b.Error(err)
 							}
