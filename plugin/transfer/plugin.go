@@ -117,8 +117,8 @@ func init() {
 // high to ever bind, and places are taken from the lane only, when a layer
 // is in and ready to apply.
 //
-// Parallel unpack stays opt-in, as upstream has it: it is young, and it
-// does not unpack every image as the sequential path does. A directory
+// Parallel unpack stays opt-in, as upstream has it: it does not unpack
+// every image as the sequential path does. A directory
 // that a layer implies (it has d/f but no d/ entry) is created with mode
 // 0755 and owner root in that layer, instead of keeping the mode and owner
 // it has in the layers below, so a private directory can become

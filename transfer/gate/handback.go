@@ -10,7 +10,8 @@ import "sync"
 // the pulls before it, and the first images come later. So only a few
 // pulls unpack without their slot; the next one fetched keeps its slot
 // until one of them is done. A pull never keeps its slot past its own
-// end, so no pull holds a slot longer than it would without hand back.
+// end, so no pull holds a slot longer than it would if every pull held
+// its slot to the end.
 type Handback struct {
 	limit int
 
