@@ -65,8 +65,9 @@ func init() {
 			}
 			// Layers are applied through Pullwise's lane, oldest pull first.
 			// containerd's unpack limiter is on only where the operator
-			// asked for parallel unpack (containerdUnpacks); it never binds.
+			// asked for parallel unpack (parallelUnpack); it never binds.
 			unpacks := lane.New(unpackLimit(c.MaxConcurrentUnpacks))
+			parallel := parallelUnpack(c.MaxConcurrentUnpacks)
 			for i := range ups {
 				ups[i].Applier = lane.Applier{Applier: ups[i].Applier, Lane: unpacks}
 			}
@@ -75,7 +76,7 @@ func init() {
 				MaxConcurrentDownloads:      c.MaxConcurrentDownloads,
 				ConcurrentLayerFetchBuffer:  c.ConcurrentLayerFetchBuffer,
 				MaxConcurrentUploadedLayers: c.MaxConcurrentUploadedLayers,
-				MaxConcurrentUnpacks:        containerdUnpacks(c.MaxConcurrentUnpacks),
+				MaxConcurrentUnpacks:        containerdUnpacks(parallel),
 				DuplicationSuppressor:       transfer.NewKeyedLock(),
 				UnpackPlatforms:             ups,
 				Verifiers:                   verifiers,
@@ -90,7 +91,7 @@ func init() {
 				return nil, err
 			}
 			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads)}
-			if containerdUnpacks(c.MaxConcurrentUnpacks) > 1 {
+			if parallel {
 				// Only one pull at a time unpacks without its slot: with
 				// the layers of an image unpacked in parallel, the oldest
 				// pulls can use every CPU, and downloads running ahead
@@ -108,23 +109,27 @@ func init() {
 	})
 }
 
-// containerdUnpacks is the max_concurrent_unpacks containerd's transfer
-// service gets. Above 1, upstream turns on its parallel unpack, which
-// applies the layers of one image at once and rebases them in order after,
-// on a snapshotter that can rebase (overlayfs): Pullwise keeps that
-// meaning of the key. But containerd takes a place in its own limiter for
-// a layer as soon as the layer's download starts, so it gets a limit too
-// high to ever bind, and places are taken from the lane only, when a layer
-// is in and ready to apply.
+// parallelUnpack reports whether containerd unpacks the layers of an image
+// in parallel: where max_concurrent_unpacks is above 1, as upstream, which
+// then applies the layers of one image at once and rebases them in order
+// after, on a snapshotter that can rebase (overlayfs). containerd takes a
+// place in its own limiter for a layer as soon as the layer's download
+// starts, so it gets a limit too high to ever bind (containerdUnpacks),
+// and places are taken from the lane only, when a layer is in and ready to
+// apply.
 //
 // Parallel unpack stays opt-in, as upstream has it: it does not unpack
-// every image as the sequential path does. A directory
-// that a layer implies (it has d/f but no d/ entry) is created with mode
-// 0755 and owner root in that layer, instead of keeping the mode and owner
-// it has in the layers below, so a private directory can become
-// world-readable (containerd v2.4.2; docs/pull-gate.md).
-func containerdUnpacks(configured int) int {
-	if configured > 1 {
+// every image as the sequential path does. A directory that a layer
+// implies (it has d/f but no d/ entry) is created with mode 0755 and owner
+// root in that layer, instead of keeping the mode and owner it has in the
+// layers below, so a private directory can become world-readable
+// (containerd v2.4.2; docs/pull-gate.md).
+func parallelUnpack(configured int) bool { return configured > 1 }
+
+// containerdUnpacks is the max_concurrent_unpacks containerd's transfer
+// service gets: 1 keeps its limiter off and its unpack sequential.
+func containerdUnpacks(parallel bool) int {
+	if parallel {
 		return math.MaxInt32
 	}
 	return 1
