@@ -40,6 +40,8 @@ type envOptions struct {
 	// logLevel is containerd's; debug when empty. Benchmarks use info, as
 	// a node would.
 	logLevel string
+	// redirectBlobs makes upstream send blob GETs to its CDN.
+	redirectBlobs bool
 }
 
 // env is one containerd with an upstream registry and, optionally, a mirror
@@ -66,7 +68,9 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		}
 		return o
 	}
-	e.upstream = registry.Start(t, ro("upstream", ""))
+	up := ro("upstream", "")
+	up.RedirectBlobs = opts.redirectBlobs
+	e.upstream = registry.Start(t, up)
 	switch opts.mirror {
 	case mirrorProxy:
 		e.mirror = registry.Start(t, ro("mirror", e.upstream.URL()))

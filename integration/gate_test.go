@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"path"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -392,4 +394,104 @@ func TestGateSlotFreedOnceBlobsAreIn(t *testing.T) {
 	if pulls := e.listPulls(); len(pulls) != 0 {
 		t.Fatalf("pulls left: %v", pulls)
 	}
+}
+
+// TestGateRedirectedBlobs: a registry that sends its blob GETs to a CDN, as
+// Docker Hub does. The download lane bounds the CDN's downloads as it does
+// a registry's, the pull source labels count the CDN's bytes for the
+// registry, and each pull learns when its blobs are all in (its timeline
+// says so), which is when it gives its slot back.
+func TestGateRedirectedBlobs(t *testing.T) {
+	e := newEnv(t, envOptions{redirectBlobs: true, extraConfig: gateConfig(2, "0s"), transfer: "max_concurrent_downloads = 1\n"})
+	var imgs []registry.Pushed
+	layers := map[string]bool{}
+	for i := range 4 {
+		img := e.push(fmt.Sprintf("cdn/app%d", i), "v1", registry.Image{Layers: []int64{1 << 20, 1 << 20, 1 << 20}, Seed: int64(620 + i)})
+		imgs = append(imgs, img)
+		for _, l := range img.Layers {
+			layers[l.Encoded()] = true
+		}
+	}
+	cdn := e.upstream.CDN()
+	// 1/8 s per layer: long enough for downloads to overlap if nothing
+	// holds them back.
+	cdn.SetRate(8 << 20)
+
+	ctx := context.Background()
+	errs := make(chan error, len(imgs))
+	for _, img := range imgs {
+		go func() { _, err := e.images.PullImage(ctx, criImage(img.Ref), nil, nil); errs <- err }()
+	}
+	for range imgs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cdn.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The CDN serves a blob at .../sha256/<2 hex>/<hex>/data.
+	var spans []registry.Request
+	for _, r := range cdn.Requests() {
+		if layers[path.Base(path.Dir(r.Path))] {
+			spans = append(spans, r)
+		}
+	}
+	if len(spans) != len(layers) {
+		t.Fatalf("the CDN served %d layer downloads, want %d", len(spans), len(layers))
+	}
+	// One place; a second request may go out in the last round trip of
+	// the body before it (docs/pull-gate.md).
+	if peak := peakOverlap(spans); peak > 2 {
+		t.Errorf("%d layer downloads at the CDN at once with max_concurrent_downloads = 1, want at most 2", peak)
+	}
+
+	log := e.d.Log()
+	for _, img := range imgs {
+		blobs := blobHosts(t, e.imageLabels("k8s.io", img.Ref)[blobSourceLabel])
+		want := img.LayerBytes() + img.ConfigSize
+		if got := blobs[e.upstream.Host()]; len(blobs) != 1 || got.Blobs != len(img.Layers)+1 || got.Bytes != want {
+			t.Errorf("%s: blob sources %v, want %d blobs of %d bytes in all from %s", img.Ref, blobs, len(img.Layers)+1, want, e.upstream.Host())
+		}
+		if !timelineHas(log, img.Ref, "fetched=") {
+			t.Errorf("%s: no fetched= in its pull timeline: the pull never learned its blobs were in", img.Ref)
+		}
+	}
+}
+
+// peakOverlap is the largest number of requests whose [Start, End] spans
+// overlap at one instant.
+func peakOverlap(reqs []registry.Request) int {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, r := range reqs {
+		edges = append(edges, edge{r.Start, 1}, edge{r.End, -1})
+	}
+	// At the same instant an end comes before a start.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	n, peak := 0, 0
+	for _, e := range edges {
+		n += e.delta
+		peak = max(peak, n)
+	}
+	return peak
+}
+
+// timelineHas reports whether the "image pull timeline" line of ref has s.
+func timelineHas(log, ref, s string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "image pull timeline") && strings.Contains(line, `image="`+ref+`"`) {
+			return strings.Contains(line, s)
+		}
+	}
+	return false
 }

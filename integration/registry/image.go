@@ -81,6 +81,7 @@ type Pushed struct {
 	Ref        string        // host/repo:tag
 	Digest     digest.Digest // manifest
 	Config     digest.Digest
+	ConfigSize int64
 	Layers     []digest.Digest // compressed layer blobs, in manifest order
 	LayerSizes []int64         // compressed sizes, i.e. bytes on the wire
 }
@@ -308,7 +309,7 @@ func describe(ref string, image v1.Image) (Pushed, error) {
 	if err != nil {
 		return Pushed{}, fmt.Errorf("compute manifest digest: %w", err)
 	}
-	p := Pushed{Ref: ref, Digest: digest.Digest(d.String()), Config: digest.Digest(m.Config.Digest.String())}
+	p := Pushed{Ref: ref, Digest: digest.Digest(d.String()), Config: digest.Digest(m.Config.Digest.String()), ConfigSize: m.Config.Size}
 	for _, l := range m.Layers {
 		p.Layers = append(p.Layers, digest.Digest(l.Digest.String()))
 		p.LayerSizes = append(p.LayerSizes, l.Size)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 )
 
@@ -71,14 +70,7 @@ func (rc *recorder) waitIdle(ctx context.Context) error {
 }
 
 // Requests returns the finished requests ordered by start time.
-func (r *Registry) Requests() []Request {
-	rc := r.recorder
-	rc.mu.Lock()
-	reqs := slices.Clone(rc.requests)
-	rc.mu.Unlock()
-	slices.SortStableFunc(reqs, func(a, b Request) int { return a.Start.Compare(b.Start) })
-	return reqs
-}
+func (r *Registry) Requests() []Request { return r.recorder.sorted() }
 
 // Count returns how many finished requests match filter; nil matches all.
 func (r *Registry) Count(filter func(Request) bool) int {
@@ -111,11 +103,7 @@ func (r *Registry) WaitIdle(ctx context.Context) error {
 }
 
 // PeakConcurrency is the largest number of requests in flight at once.
-func (r *Registry) PeakConcurrency() int {
-	r.recorder.mu.Lock()
-	defer r.recorder.mu.Unlock()
-	return r.recorder.peak
-}
+func (r *Registry) PeakConcurrency() int { return r.recorder.peakInFlight() }
 
 // PeakRepos is the largest number of distinct repositories that had a
 // request in flight at the same instant; requests without a repository

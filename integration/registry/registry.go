@@ -34,6 +34,9 @@ type Options struct {
 	// the new connection idle without sending anything; a short timeout
 	// closes those too.
 	HeaderTimeout time.Duration
+	// RedirectBlobs makes the registry answer blob GETs with a redirect to
+	// a second server, its CDN.
+	RedirectBlobs bool
 }
 
 // Registry is a CNCF Distribution registry listening on loopback. Every
@@ -44,6 +47,7 @@ type Registry struct {
 	app      *handlers.App
 	recorder *recorder
 	faults   atomic.Pointer[FaultFunc]
+	cdn      *CDN // nil unless Options.RedirectBlobs
 	close    func() error
 }
 
@@ -97,11 +101,23 @@ func New(root string, opts Options) (*Registry, error) {
 		return nil, fmt.Errorf("registry %s: listen: %w", opts.Name, err)
 	}
 
+	cfg := newConfig(root, opts)
+	var cdn *CDN
+	if opts.RedirectBlobs {
+		if cdn, err = startCDN(root); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("registry %s: %w", opts.Name, err)
+		}
+		cfg.Middleware = cdn.redirectTo()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	app, err := newApp(ctx, newConfig(root, opts))
+	app, err := newApp(ctx, cfg)
 	if err != nil {
 		cancel()
 		_ = ln.Close()
+		if cdn != nil {
+			_ = cdn.stop()
+		}
 		return nil, fmt.Errorf("registry %s: %w", opts.Name, err)
 	}
 
@@ -110,6 +126,7 @@ func New(root string, opts Options) (*Registry, error) {
 		host:     ln.Addr().String(),
 		app:      app,
 		recorder: newRecorder(),
+		cdn:      cdn,
 	}
 	if opts.HeaderTimeout == 0 {
 		opts.HeaderTimeout = 30 * time.Second
@@ -164,8 +181,23 @@ func newConfig(root string, opts Options) *configuration.Configuration {
 }
 
 // stop drains the server, then waits for handlers (which may still touch
-// storage) before the app and its temp dir go away.
+// storage) before the app and its temp dir go away; the CDN, if any, last.
 func (r *Registry) stop(srv *http.Server, served <-chan error) error {
+	errs := []error{shutdown(srv, served, r.recorder)}
+	if err := r.app.Shutdown(); err != nil {
+		errs = append(errs, fmt.Errorf("shut down app: %w", err))
+	}
+	if r.cdn != nil {
+		if err := r.cdn.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("cdn: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// shutdown drains srv, cutting connections after a grace period, and waits
+// until rc has no request in flight.
+func shutdown(srv *http.Server, served <-chan error, rc *recorder) error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	err := srv.Shutdown(ctx)
@@ -179,14 +211,15 @@ func (r *Registry) stop(srv *http.Server, served <-chan error) error {
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
-	if err := r.recorder.waitIdle(ctx); err != nil {
+	if err := rc.waitIdle(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("wait for in-flight requests: %w", err))
-	}
-	if err := r.app.Shutdown(); err != nil {
-		errs = append(errs, fmt.Errorf("shut down app: %w", err))
 	}
 	return errors.Join(errs...)
 }
+
+// CDN returns where blob GETs are redirected to; nil unless
+// Options.RedirectBlobs.
+func (r *Registry) CDN() *CDN { return r.cdn }
 
 // Name returns Options.Name.
 func (r *Registry) Name() string { return r.name }

@@ -149,3 +149,34 @@ func TestProxyServesUpstreamImage(t *testing.T) {
 	waitIdle(t, mirror)
 	assert.Zero(t, up.Count(func(r Request) bool { return r.Kind == KindBlob }))
 }
+
+func TestRedirectBlobsToCDN(t *testing.T) {
+	reg := Start(t, Options{RedirectBlobs: true})
+	p := reg.Push(t, "team/app", "v1", Image{Layers: []int64{16 << 10}, Seed: 3})
+	reg.Reset()
+	c := newClient(t)
+
+	// Manifests come from the registry itself.
+	manifest := c.get(http.MethodGet, manifestURL(reg, "team/app", "v1"))
+	require.Equal(t, http.StatusOK, manifest.status)
+
+	// A blob GET is redirected, and the CDN serves the blob, with Range.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(blobURL(reg, "team/app", p.Layers[0].String()))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode)
+	assert.Contains(t, resp.Header.Get("Location"), "http://"+reg.CDN().Host()+"/")
+
+	blob := c.get(http.MethodGet, blobURL(reg, "team/app", p.Layers[0].String()))
+	require.Equal(t, http.StatusOK, blob.status)
+	assert.Equal(t, p.Layers[0], digest.FromBytes(blob.body))
+	tail := c.get(http.MethodGet, blobURL(reg, "team/app", p.Layers[0].String()), func(r *http.Request) { r.Header.Set("Range", "bytes=100-") })
+	require.Equal(t, http.StatusPartialContent, tail.status)
+	assert.Equal(t, blob.body[100:], tail.body)
+
+	require.NoError(t, reg.CDN().WaitIdle(t.Context()))
+	require.Len(t, reg.CDN().Requests(), 2)
+	assert.Equal(t, p.LayerSizes[0], reg.CDN().Requests()[0].Bytes)
+	assert.Equal(t, 1, reg.CDN().PeakConcurrency())
+}

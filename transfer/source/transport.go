@@ -55,7 +55,13 @@ var (
 )
 
 func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	kind, repo, ref := parsePath(req.URL.Path)
+	// A registry may answer a blob GET with a redirect to a CDN or an
+	// object store, as Docker Hub, ECR and GCR do. The client follows it
+	// through this transport, and the request that follows is the blob's
+	// download all the same: it takes the place in the lane, and its bytes
+	// are the blob's, counted for the host that redirected.
+	first := origin(req)
+	kind, repo, ref := parsePath(first.URL.Path)
 	cfg := t.table.Config()
 	var download *place
 	if kind == "blobs" && req.Method == http.MethodGet && t.downloads != nil && !t.rec.fetchWatch().isConfig(digest.Digest(ref)) {
@@ -107,6 +113,16 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, download: download}
 		return resp, nil
 	}
+	if isRedirect(resp) {
+		// Its body is not the blob, and the client closes it before it
+		// follows, which gives the place back for the request that follows
+		// to take again.
+		if resp.Request == nil {
+			resp.Request = req // for origin; http.Transport sets it
+		}
+		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, download: download}
+		return resp, nil
+	}
 	if download != nil {
 		download.answered(time.Since(sent), resp.ContentLength)
 	}
@@ -126,7 +142,7 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	switch kind {
 	case "manifests":
-		t.rec.manifest(req.URL.Host, repo, ref)
+		t.rec.manifest(first.URL.Host, repo, ref)
 		if fw := t.rec.fetchWatch(); fw != nil && req.Method == http.MethodGet {
 			tee := &manifestTee{}
 			body.tee = tee.add
@@ -136,11 +152,31 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Method == http.MethodGet {
 			// Bytes are counted as the body is read, since a fetch may stop
 			// early or resume with a range request.
-			body.add = t.rec.blob(req.URL.Host, ref)
+			body.add = t.rec.blob(first.URL.Host, ref)
 		}
 	}
 	resp.Body = body
 	return resp, nil
+}
+
+// origin is the request a chain of redirects began with: http.Client makes
+// a new request for each redirect, whose Response is the answer that led
+// to it.
+func origin(req *http.Request) *http.Request {
+	for req.Response != nil && req.Response.Request != nil {
+		req = req.Response.Request
+	}
+	return req
+}
+
+// isRedirect reports an answer http.Client follows by itself.
+func isRedirect(resp *http.Response) bool {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return resp.Header.Get("Location") != ""
+	}
+	return false
 }
 
 // wrap returns c with its transport going through hostTransport.

@@ -384,6 +384,64 @@ func TestDownloadPlaceHeldUntilBodyCloses(t *testing.T) {
 	}
 }
 
+// TestRedirectedBlobDownload: a registry that redirects blob GETs to a CDN,
+// as Docker Hub, ECR and GCR do. The CDN request is the blob's download: it
+// holds the lane's place, and its bytes are the blob's, for the registry
+// that redirected.
+func TestRedirectedBlobDownload(t *testing.T) {
+	blob := []byte("layer bytes, served by the CDN")
+	cdn := newBlobHost(t, blob)
+	reg := newBlobHost(t, nil)
+	reg.serve = func(w http.ResponseWriter, r *http.Request) bool {
+		http.Redirect(w, r, cdn.URL+"/store/"+path.Base(r.URL.Path)+"?signature=s3cret", http.StatusTemporaryRedirect)
+		return true
+	}
+	downloads := lane.New(1)
+	rec := &Recorder{}
+	c := rec.wrap(&http.Client{}, Hosts{Downloads: downloads}, endpoint{key: health.Key{Scheme: "http", Host: reg.host(), Path: "/v2"}, role: roleUpstream})
+	url := reg.URL + "/v2/team/app/blobs/" + digest.FromBytes(blob).String()
+
+	first, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() {
+		resp, err := c.Get(url)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		second <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for downloads.Waiting() != 1 {
+		if cdn.requests.Load() > 1 {
+			t.Fatal("a second blob download reached the CDN while the first held the only place")
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second download never waited for a place")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := io.Copy(io.Discard, first.Body); err != nil {
+		t.Fatal(err)
+	}
+	first.Body.Close()
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+
+	got := rec.Result("").Blobs
+	want := map[string]BlobStats{reg.host(): {Blobs: 2, Bytes: 2 * int64(len(blob))}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("blob stats = %v, want %v: the CDN's bytes, counted once, for the registry", got, want)
+	}
+	if n := cdn.requests.Load(); n != 2 {
+		t.Fatalf("CDN requests = %d, want 2", n)
+	}
+}
+
 // TestDownloadPlaceGivenBackForTheLastRoundTrip: over a link with a round
 // trip, the next blob request goes out while the body before it has less
 // than a round trip's worth of bytes left, not after its end, and not
