@@ -495,3 +495,44 @@ func timelineHas(log, ref, s string) bool {
 	}
 	return false
 }
+
+// TestSmallPullOvertakesLarge: with one download place, a small image
+// asked for just after a large one gets the next place, before the large
+// one's other layers, as it would be done long before it (lane.Ticket).
+func TestSmallPullOvertakesLarge(t *testing.T) {
+	e := newEnv(t, envOptions{extraConfig: gateConfig(2, "0s"), transfer: "max_concurrent_downloads = 1\n"})
+	large := e.push("order/large", "v1", registry.Image{Layers: []int64{16 << 20, 16 << 20, 16 << 20}, Seed: 630})
+	small := e.push("order/small", "v1", registry.Image{Layers: []int64{256 << 10}, Seed: 631})
+	// Half a second per large layer: the small pull is asked for while
+	// the first one is on the wire.
+	e.upstream.SetFault(registry.When(func(r registry.Request) bool { return r.Kind == registry.KindBlob }, &registry.Fault{BytesPerSecond: 32 << 20}))
+
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	go func() { _, err := e.images.PullImage(ctx, criImage(large.Ref), nil, nil); errs <- err }()
+	eventually(t, 10*time.Second, "the large pull's first layer on the wire", func() bool {
+		pulls := e.listPulls()
+		return len(pulls) == 1 && pulls[0].GetBytesDone() > large.ConfigSize
+	})
+	go func() { _, err := e.images.PullImage(ctx, criImage(small.Ref), nil, nil); errs <- err }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.upstream.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var order []string
+	for _, r := range e.upstream.Requests() {
+		if r.Kind != registry.KindBlob || r.Method != "GET" || r.Reference == large.Config.String() || r.Reference == small.Config.String() {
+			continue
+		}
+		order = append(order, r.Repo)
+	}
+	want := []string{"order/large", "order/small", "order/large", "order/large"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("layer downloads by repository %v, want %v: the small image's layer next after the one on the wire", order, want)
+	}
+}

@@ -205,6 +205,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		}
 	}()
 
+	ticket := lane.NewTicket(p.queued)
 	tap := func(ev transfer.Progress) {
 		s.pulls.observe(p, ev)
 		s.hub.Update(key, ev)
@@ -222,10 +223,13 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 				s.pulls.fetched(p)
 				turn.Fetched(release)
 			})
+			// Downloads and unpacking serve first the pull that would be
+			// done first, by when it was asked for and what it has left
+			// (lane.Ticket).
+			rec.OnSize(ticket.Size)
 		}
 	}
-	// Unpacking serves the oldest pull first (transfer/lane).
-	if err := s.next.Transfer(lane.WithTicket(ctx, p.queued), src, dst, transfer.WithProgress(tap)); err != nil {
+	if err := s.next.Transfer(lane.WithTicket(ctx, ticket), src, dst, transfer.WithProgress(tap)); err != nil {
 		return explain(err, rec)
 	}
 	s.recordSource(ctx, dst, rec, prev)

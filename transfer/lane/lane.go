@@ -16,6 +16,7 @@ import (
 	"container/heap"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,17 +35,47 @@ func New(limit int) *Lane {
 	return &Lane{limit: max(limit, 0)}
 }
 
+// Rate turns the bytes a pull must fetch into time, for its place in line
+// (Ticket.Size): about what a node's link and disks move.
+const Rate = 100 << 20 // bytes per second
+
+// Ticket is a pull's place in line. It starts at the time the pull was
+// asked for. Once the pull knows how many bytes it must fetch, Size moves
+// it to when the pull would be done, had it the node to itself at Rate.
+// Pulls of about the same size then keep the order they were asked in,
+// and a small pull asked for a little after a large one goes first: with
+// oldest first, a sidecar's image would wait for every layer of an
+// application image asked for just before it. A pull is overtaken only by
+// pulls asked for less than (its bytes − theirs) / Rate after it.
+type Ticket struct {
+	asked time.Time
+	place atomic.Int64 // UnixNano
+}
+
+// NewTicket returns the ticket of a pull asked for at asked.
+func NewTicket(asked time.Time) *Ticket {
+	t := &Ticket{asked: asked}
+	t.place.Store(asked.UnixNano())
+	return t
+}
+
+// Size places the pull by the bytes it must fetch. Work already in line
+// keeps its place; work that lines up after uses the new one.
+func (t *Ticket) Size(bytes int64) {
+	t.place.Store(t.asked.Add(time.Duration(float64(bytes) / Rate * float64(time.Second))).UnixNano())
+}
+
 type ticketKey struct{}
 
-// WithTicket marks ctx's work with its pull's place in line: the time the
-// pull was asked for. Work without a ticket lines up at the time it asks.
-func WithTicket(ctx context.Context, t time.Time) context.Context {
+// WithTicket marks ctx's work with its pull's ticket. Work without a
+// ticket lines up at the time it asks.
+func WithTicket(ctx context.Context, t *Ticket) context.Context {
 	return context.WithValue(ctx, ticketKey{}, t)
 }
 
 func ticketFrom(ctx context.Context) time.Time {
-	if t, ok := ctx.Value(ticketKey{}).(time.Time); ok {
-		return t
+	if t, ok := ctx.Value(ticketKey{}).(*Ticket); ok {
+		return time.Unix(0, t.place.Load())
 	}
 	return time.Now()
 }

@@ -3,6 +3,7 @@ package lane
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,45 +12,17 @@ import (
 // TestOldestPullFirst: with the lane full, waiters are served by ticket,
 // not by arrival.
 func TestOldestPullFirst(t *testing.T) {
-	l := New(1)
-	hold, err := l.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	base := time.Now()
 	// Arrive youngest first.
-	arrivals := []time.Duration{5, 3, 4, 1, 2}
-	var (
-		mu    sync.Mutex
-		order []time.Duration
-		wg    sync.WaitGroup
-	)
-	for i, age := range arrivals {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			release, err := l.Acquire(WithTicket(context.Background(), base.Add(age*time.Second)))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			order = append(order, age)
-			mu.Unlock()
-			release()
-		}()
-		// Each in line before the next arrives.
-		for l.Waiting() != i+1 {
-			time.Sleep(time.Millisecond)
-		}
+	ages := []time.Duration{5, 3, 4, 1, 2}
+	var tickets []*Ticket
+	for _, age := range ages {
+		tickets = append(tickets, NewTicket(base.Add(age*time.Second)))
 	}
-	hold()
-	wg.Wait()
-	want := []time.Duration{1, 2, 3, 4, 5}
-	for i := range want {
-		if order[i] != want[i] {
-			t.Fatalf("served %v, want %v", order, want)
-		}
+	got := served(t, tickets)
+	want := []int{3, 4, 1, 2, 0} // ages 1, 2, 3, 4, 5
+	if !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
 	}
 }
 
@@ -105,7 +78,7 @@ func TestConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%5)*time.Millisecond)
 			defer cancel()
-			release, err := l.Acquire(WithTicket(ctx, time.Unix(int64(i%17), 0)))
+			release, err := l.Acquire(WithTicket(ctx, NewTicket(time.Unix(int64(i%17), 0))))
 			if err != nil {
 				return
 			}
@@ -127,4 +100,76 @@ func TestConcurrentUse(t *testing.T) {
 	if l.Waiting() != 0 || l.running != 0 {
 		t.Fatalf("left: %d waiting, %d running", l.Waiting(), l.running)
 	}
+}
+
+// TestSizedTickets: once pulls know their bytes, a small pull asked for a
+// little after a large one goes first; pulls of one size keep the order
+// they were asked in; a pull asked for long after waits its turn.
+func TestSizedTickets(t *testing.T) {
+	base := time.Now()
+	const mib = 1 << 20
+	type pull struct {
+		after time.Duration // asked for this long after base
+		bytes int64         // -1: size not known yet
+	}
+	for _, tc := range []struct {
+		name  string
+		pulls []pull
+		want  []int // indexes of pulls, in the order served
+	}{
+		{"a small pull asked just after a large one goes first", []pull{{0, 100 * mib}, {100 * time.Millisecond, mib}}, []int{1, 0}},
+		{"but not one asked a while after", []pull{{0, 100 * mib}, {2 * time.Second, mib}}, []int{0, 1}},
+		{"pulls of one size keep their order", []pull{{0, 10 * mib}, {time.Millisecond, 10 * mib}, {2 * time.Millisecond, 10 * mib}}, []int{0, 1, 2}},
+		{"a pull of unknown size keeps the time it was asked for", []pull{{0, 100 * mib}, {10 * time.Millisecond, -1}, {20 * time.Millisecond, mib}}, []int{1, 2, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tickets []*Ticket
+			for _, p := range tc.pulls {
+				tk := NewTicket(base.Add(p.after))
+				if p.bytes >= 0 {
+					tk.Size(p.bytes)
+				}
+				tickets = append(tickets, tk)
+			}
+			got := served(t, tickets)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("served %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// served queues work with each ticket, in the given order, behind a full
+// lane of one place, and returns the order it was served in.
+func served(t *testing.T, tickets []*Ticket) []int {
+	t.Helper()
+	l := New(1)
+	hold, err := l.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i, tk := range tickets {
+		wg.Go(func() {
+			release, err := l.Acquire(WithTicket(context.Background(), tk))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			release()
+		})
+		for l.Waiting() != i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	hold()
+	wg.Wait()
+	return order
 }

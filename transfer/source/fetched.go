@@ -47,14 +47,21 @@ func (r *Recorder) fetchWatch() *fetchWatch {
 
 // manifestBody is the body of a manifest answer; what it lists is added to
 // the blobs the pull must fetch. An index lists manifests, not blobs: the
-// platform's image manifest follows it.
-func (w *fetchWatch) manifestBody(b []byte) {
+// platform's image manifest follows it. For an image manifest it returns
+// the bytes of its blobs not yet on the node, and true.
+func (w *fetchWatch) manifestBody(b []byte) (int64, bool) {
 	var m struct {
 		Config *ocispec.Descriptor  `json:"config"`
 		Layers []ocispec.Descriptor `json:"layers"`
 	}
 	if w == nil || json.Unmarshal(b, &m) != nil || m.Config == nil {
-		return
+		return 0, false
+	}
+	var missing int64
+	for _, d := range m.Layers {
+		if !w.present(d.Digest) {
+			missing += d.Size
+		}
 	}
 	w.mu.Lock()
 	w.manifest = true
@@ -67,6 +74,7 @@ func (w *fetchWatch) manifestBody(b []byte) {
 	}
 	w.mu.Unlock()
 	w.check()
+	return missing, true
 }
 
 // isConfig reports whether d is the config of an image manifest the pull

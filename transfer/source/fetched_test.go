@@ -25,15 +25,16 @@ func TestFetchWatch(t *testing.T) {
 		present []digest.Digest
 		steps   []step
 		done    bool
+		left    int64 // layer bytes not on the node, by the image manifest; -1: none seen
 	}{
-		{"every blob read", nil, []step{{manifest: index}, {manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 100}, {blob: l2, n: 50}}, true},
-		{"resumed with a range", nil, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 60}, {blob: l1, n: 40}, {blob: l2, n: 50}}, true},
-		{"a layer already present", []digest.Digest{l2.Digest}, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 100}}, true},
-		{"everything present", []digest.Digest{config.Digest, l1.Digest, l2.Digest}, []step{{manifest: manifest}}, true},
-		{"a layer short", nil, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 99}, {blob: l2, n: 50}}, false},
-		{"only the index seen", nil, []step{{manifest: index}, {blob: config, n: 10}}, false},
-		{"blobs before the manifest", nil, []step{{blob: config, n: 10}, {blob: l1, n: 100}, {blob: l2, n: 50}}, false},
-		{"a manifest cut short", nil, []step{{manifest: manifest[:len(manifest)/2]}, {blob: config, n: 10}}, false},
+		{"every blob read", nil, []step{{manifest: index}, {manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 100}, {blob: l2, n: 50}}, true, 150},
+		{"resumed with a range", nil, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 60}, {blob: l1, n: 40}, {blob: l2, n: 50}}, true, 150},
+		{"a layer already present", []digest.Digest{l2.Digest}, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 100}}, true, 100},
+		{"everything present", []digest.Digest{config.Digest, l1.Digest, l2.Digest}, []step{{manifest: manifest}}, true, 0},
+		{"a layer short", nil, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 99}, {blob: l2, n: 50}}, false, 150},
+		{"only the index seen", nil, []step{{manifest: index}, {blob: config, n: 10}}, false, -1},
+		{"blobs before the manifest", nil, []step{{blob: config, n: 10}, {blob: l1, n: 100}, {blob: l2, n: 50}}, false, -1},
+		{"a manifest cut short", nil, []step{{manifest: manifest[:len(manifest)/2]}, {blob: config, n: 10}}, false, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls := 0
@@ -46,9 +47,12 @@ func TestFetchWatch(t *testing.T) {
 				}
 				return false
 			}, func() { calls++ })
+			left := int64(-1)
 			for _, s := range tc.steps {
 				if s.manifest != nil {
-					rec.fetchWatch().manifestBody(s.manifest)
+					if n, ok := rec.fetchWatch().manifestBody(s.manifest); ok {
+						left = n
+					}
 					continue
 				}
 				rec.blob("mirror", s.blob.Digest.String())(s.n)
@@ -57,6 +61,9 @@ func TestFetchWatch(t *testing.T) {
 			rec.blob("mirror", config.Digest.String())(1)
 			if want := map[bool]int{true: 1, false: 0}[tc.done]; calls != want {
 				t.Fatalf("done called %d times, want %d", calls, want)
+			}
+			if left != tc.left {
+				t.Fatalf("bytes left = %d, want %d", left, tc.left)
 			}
 		})
 	}

@@ -207,6 +207,9 @@ func (f *Fetcher) OnFetched(present func(digest.Digest) bool, done func()) {
 	f.rec.OnFetched(present, done)
 }
 
+// OnSize reports the bytes the pull has left to fetch; see Recorder.OnSize.
+func (f *Fetcher) OnSize(fn func(bytes int64)) { f.rec.OnSize(fn) }
+
 // Result says where the pull came from, for the reference it asked for.
 func (f *Fetcher) Result() Result {
 	return f.rec.Result(reference(f.ref))

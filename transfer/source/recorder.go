@@ -28,6 +28,28 @@ type Recorder struct {
 	attempts []attempt
 	// fetched, when set, learns when the pull has nothing left to fetch.
 	fetched *fetchWatch
+	// onSize, when set, learns the bytes left to fetch once the image
+	// manifest of a watched pull is in.
+	onSize func(bytes int64)
+}
+
+// OnSize calls fn once the image manifest of a pull watched with OnFetched
+// is in, with the bytes of the image's layers not yet on the node: what
+// the pull has left to do, to place it in the lanes (lane.Ticket). fn runs
+// on the fetching goroutine, before any layer is asked for.
+func (r *Recorder) OnSize(fn func(bytes int64)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onSize = fn
+}
+
+func (r *Recorder) sized(n int64) {
+	r.mu.Lock()
+	fn := r.onSize
+	r.mu.Unlock()
+	if fn != nil {
+		fn(n)
+	}
 }
 
 // OnBlobBytes calls fn with the blob digest and byte count of every chunk

@@ -146,7 +146,11 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if fw := t.rec.fetchWatch(); fw != nil && req.Method == http.MethodGet {
 			tee := &manifestTee{}
 			body.tee = tee.add
-			body.eof = func() { fw.manifestBody(tee.buf.Bytes()) }
+			body.eof = func() {
+				if n, ok := fw.manifestBody(tee.buf.Bytes()); ok {
+					t.rec.sized(n)
+				}
+			}
 		}
 	case "blobs":
 		if req.Method == http.MethodGet {
