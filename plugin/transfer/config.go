@@ -17,6 +17,10 @@ type config struct {
 	UnpackConfiguration  []unpackConfig `toml:"unpack_config,omitempty"`
 	RegistryConfigPath   string         `toml:"config_path"`
 	MaxConcurrentUnpacks int            `toml:"max_concurrent_unpacks"`
+	// Pullwise's own: inflate gzip layers ahead of the tar writer
+	// (transfer/gunzip). False leaves them to containerd, which also runs
+	// igzip or unpigz for them when either is on PATH.
+	GzipReadAhead bool `toml:"gzip_read_ahead"`
 }
 
 type unpackConfig struct {
@@ -33,6 +37,7 @@ func defaultConfig() *config {
 		MaxConcurrentDownloads:      3,
 		MaxConcurrentUploadedLayers: 3,
 		MaxConcurrentUnpacks:        1,
+		GzipReadAhead:               true,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/plugin/registry"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/core/transfer/local"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/pullwise/pullwise/transfer"
 	"github.com/pullwise/pullwise/transfer/gate"
+	"github.com/pullwise/pullwise/transfer/gunzip"
 	"github.com/pullwise/pullwise/transfer/lane"
 
 	// Type registrations for transfer sources and destinations; without
@@ -33,6 +35,11 @@ import (
 )
 
 func init() {
+	// Registered here rather than in InitFn: containerd registers the
+	// stream_processors of its config after init and before plugins
+	// start, so an operator's own processor for gzip layers still comes
+	// first.
+	diff.RegisterProcessor(gunzip.Handler)
 	registry.Register(&plugin.Registration{
 		Type: plugins.TransferPlugin,
 		ID:   "local",
@@ -59,6 +66,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			gunzip.Enable(c.GzipReadAhead)
 			ups, err := unpackPlatforms(ic, db, c)
 			if err != nil {
 				return nil, err

@@ -1,0 +1,95 @@
+// Package gunzip decompresses gzip image layers for containerd's layer
+// appliers, with klauspost/pgzip in place of compress/gzip.
+//
+// Unpacking a layer is one goroutine in containerd: it inflates the blob,
+// hashes the tar stream (the diff ID) and writes the files, one after the
+// other. Inflating is about half of that CPU. pgzip inflates ahead of the
+// reader in a goroutine of its own, so a layer's unpacking can use a
+// second CPU, and its inflater (klauspost/compress/flate) needs about 30%
+// less CPU than the standard library's for the same bytes. The tar stream
+// and its digest are unchanged: the unpacker still checks every layer
+// against the diff ID in the image config.
+package gunzip
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/containerd/containerd/v2/core/diff"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/pkg/archive/compression"
+	"github.com/containerd/typeurl/v2"
+	"github.com/klauspost/pgzip"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// Read-ahead per layer being applied: blocks of blockSize inflated bytes.
+// Four of 1 MiB keep the inflater a few milliseconds ahead of the tar
+// writer at 4 MiB of memory per layer, which is what pgzip defaults to.
+const (
+	blockSize = 1 << 20
+	blocks    = 4
+)
+
+var gzipMagic = []byte{0x1f, 0x8b}
+
+// off is process-wide, as diff.RegisterProcessor is.
+var off atomic.Bool
+
+// Enable turns Handler on or off; it is on unless turned off. Off, gzip
+// layers go to containerd's own decompression.
+func Enable(on bool) { off.Store(!on) }
+
+// Handler claims layers whose media type says gzip. Register it with
+// diff.RegisterProcessor before containerd's server starts: the
+// stream_processors of its config are registered after, and so still come
+// first for the media types they name.
+func Handler(_ context.Context, mediaType string) (diff.StreamProcessorInit, bool) {
+	if off.Load() {
+		return nil, false
+	}
+	if !gzipLayers[mediaType] {
+		return nil, false
+	}
+	return open, true
+}
+
+// gzipLayers are the media types of gzip layers. Types with more after
+// "gzip", such as encrypted layers, stay with whatever handles them.
+var gzipLayers = map[string]bool{
+	ocispec.MediaTypeImageLayerGzip:                 true,
+	ocispec.MediaTypeImageLayerNonDistributableGzip: true, //nolint:staticcheck // still served
+	images.MediaTypeDockerSchema2LayerGzip:          true,
+	images.MediaTypeDockerSchema2LayerForeignGzip:   true,
+}
+
+func open(_ context.Context, stream diff.StreamProcessor, _ map[string]typeurl.Any) (diff.StreamProcessor, error) {
+	br := bufio.NewReader(stream)
+	if magic, err := br.Peek(len(gzipMagic)); err != nil || !bytes.Equal(magic, gzipMagic) {
+		// The media type says gzip and the bytes do not: leave it to
+		// containerd's detection, as stock containerd would.
+		ds, err := compression.DecompressStream(br)
+		if err != nil {
+			return nil, err
+		}
+		return &processor{ReadCloser: ds}, nil
+	}
+	z, err := pgzip.NewReaderN(br, blockSize, blocks)
+	if err != nil {
+		return nil, fmt.Errorf("gzip layer: %w", err)
+	}
+	return &processor{ReadCloser: z}, nil
+}
+
+// processor is the uncompressed layer. Close stops pgzip's goroutines and
+// waits for them; containerd's applier closes it before the content reader
+// beneath.
+type processor struct {
+	io.ReadCloser
+}
+
+func (*processor) MediaType() string { return ocispec.MediaTypeImageLayer }

@@ -1,0 +1,184 @@
+package gunzip
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/diff"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/klauspost/compress/zstd"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"go.uber.org/goleak"
+)
+
+// layerTar is a tar stream of one file of n bytes, half random and half
+// repeated, so it spans several read-ahead blocks and still compresses.
+func layerTar(t *testing.T, n int) []byte {
+	t.Helper()
+	body := make([]byte, n)
+	r := rand.NewChaCha8([32]byte{1})
+	_, _ = r.Read(body[:n/2])
+	for i := n / 2; i < n; i++ {
+		body[i] = "layer "[i%6]
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: "f", Mode: 0o644, Size: int64(n), Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func gzipped(t *testing.T, parts ...[]byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	for _, p := range parts {
+		zw := gzip.NewWriter(&buf)
+		if _, err := zw.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+func zstded(t *testing.T, p []byte) []byte {
+	t.Helper()
+	zw, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zw.Close()
+	return zw.EncodeAll(p, nil)
+}
+
+// uncompress runs blob through the handler as containerd's applier does:
+// a processor chain from the descriptor's media type.
+func uncompress(t *testing.T, mediaType string, blob []byte) ([]byte, error) {
+	t.Helper()
+	ctx := context.Background()
+	start, ok := Handler(ctx, mediaType)
+	if !ok {
+		t.Fatalf("Handler(%s) did not claim a gzip layer", mediaType)
+	}
+	p, err := start(ctx, diff.NewProcessorChain(mediaType, bytes.NewReader(blob)), nil)
+	if err != nil {
+		return nil, err
+	}
+	if p.MediaType() != ocispec.MediaTypeImageLayer {
+		t.Errorf("media type after processing = %s, want %s", p.MediaType(), ocispec.MediaTypeImageLayer)
+	}
+	out, err := io.ReadAll(p)
+	// Close repeats a read error; containerd's applier ignores it.
+	if cerr := p.Close(); err == nil && cerr != nil {
+		t.Errorf("close: %v", cerr)
+	}
+	return out, err
+}
+
+func TestUncompressedLayerIsTheTarStream(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	a, b := layerTar(t, 3<<20+17), layerTar(t, 1000)
+	cases := []struct {
+		name      string
+		mediaType string
+		blob      []byte
+		want      []byte
+	}{
+		{"oci gzip layer", ocispec.MediaTypeImageLayerGzip, gzipped(t, a), a},
+		{"docker gzip layer", images.MediaTypeDockerSchema2LayerGzip, gzipped(t, a), a},
+		{"two gzip members", ocispec.MediaTypeImageLayerGzip, gzipped(t, a, b), append(append([]byte{}, a...), b...)},
+		{"empty file", ocispec.MediaTypeImageLayerGzip, gzipped(t, []byte{}), []byte{}},
+		// Media types can lie; stock containerd goes by the bytes.
+		{"gzip type, plain tar bytes", ocispec.MediaTypeImageLayerGzip, b, b},
+		{"gzip type, zstd bytes", ocispec.MediaTypeImageLayerGzip, zstded(t, a), a},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := uncompress(t, c.mediaType, c.blob)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, c.want) {
+				t.Fatalf("got %d bytes, want the %d bytes of the tar stream", len(got), len(c.want))
+			}
+		})
+	}
+}
+
+func TestBrokenLayerFails(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	good := gzipped(t, layerTar(t, 2<<20))
+	flipped := bytes.Clone(good)
+	flipped[len(flipped)-6] ^= 0xff // in the CRC-32 of the trailer
+	cases := []struct {
+		name string
+		blob []byte
+		want error
+	}{
+		{"truncated", good[:len(good)/2], io.ErrUnexpectedEOF},
+		{"cut before the trailer", good[:len(good)-8], io.ErrUnexpectedEOF},
+		{"checksum mismatch", flipped, gzip.ErrChecksum},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := uncompress(t, ocispec.MediaTypeImageLayerGzip, c.blob)
+			if err == nil {
+				t.Fatal("a broken layer uncompressed without error")
+			}
+			if c.want != nil && !errors.Is(err, c.want) && err.Error() != c.want.Error() {
+				t.Fatalf("err = %v, want %v", err, c.want)
+			}
+		})
+	}
+}
+
+func TestCloseMidLayerStopsReadAhead(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx := context.Background()
+	start, _ := Handler(ctx, ocispec.MediaTypeImageLayerGzip)
+	p, err := start(ctx, diff.NewProcessorChain(ocispec.MediaTypeImageLayerGzip, bytes.NewReader(gzipped(t, layerTar(t, 8<<20)))), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(p, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	// An unpack that fails or is cancelled closes a layer half read.
+	_ = p.Close()
+}
+
+func TestOtherLayersAreLeftToContainerd(t *testing.T) {
+	ctx := context.Background()
+	Enable(false)
+	_, claimed := Handler(ctx, ocispec.MediaTypeImageLayerGzip)
+	Enable(true)
+	if claimed {
+		t.Error("Handler claimed a gzip layer while turned off")
+	}
+	for _, mt := range []string{
+		ocispec.MediaTypeImageLayer,
+		ocispec.MediaTypeImageLayerZstd,
+		images.MediaTypeDockerSchema2Layer,
+		images.MediaTypeImageLayerGzipEncrypted,
+		"application/octet-stream",
+	} {
+		if _, ok := Handler(ctx, mt); ok {
+			t.Errorf("Handler claimed %s", mt)
+		}
+	}
+}
