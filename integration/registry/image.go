@@ -240,22 +240,32 @@ var vocabulary = strings.Fields("the of and to in is for on that with as by at f
 	"config layer image registry mirror pull push node pod container runtime snapshot digest manifest " +
 	"lib usr bin share local etc var log cache python go java node ruby perl shell script binary")
 
+// wordReader draws one random byte per word. It reads them in blocks:
+// the source's stream does not depend on how reads are split, so the text
+// is the same as drawing them one at a time, which made pushing a
+// benchmark's images take longer than pulling them.
 type wordReader struct {
 	r       io.Reader
 	pending []byte
+	random  []byte
+	buf     [4096]byte
 }
 
 func (w *wordReader) Read(p []byte) (int, error) {
-	var b [1]byte
 	for len(w.pending) < len(p) {
-		if _, err := io.ReadFull(w.r, b[:]); err != nil {
-			return 0, err
+		if len(w.random) == 0 {
+			if _, err := io.ReadFull(w.r, w.buf[:]); err != nil {
+				return 0, err
+			}
+			w.random = w.buf[:]
 		}
+		b := w.random[0]
+		w.random = w.random[1:]
 		sep := byte(' ')
-		if b[0]%8 == 0 {
+		if b%8 == 0 {
 			sep = '\n'
 		}
-		w.pending = append(w.pending, vocabulary[int(b[0])%len(vocabulary)]...)
+		w.pending = append(w.pending, vocabulary[int(b)%len(vocabulary)]...)
 		w.pending = append(w.pending, sep)
 	}
 	n := copy(p, w.pending)
