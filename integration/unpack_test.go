@@ -223,3 +223,57 @@ func unpackedLine(log string, cfg digest.Digest) string {
 	}
 	return ""
 }
+
+// TestGzipReadAhead pulls through CRI an image of two gzip layers with an
+// igzip on containerd's PATH that logs each call, and checks the unpacked
+// files both ways of the transfer key gzip_read_ahead: on (the default),
+// Pullwise inflates the layers and containerd never runs igzip; off,
+// containerd does as upstream, once per layer.
+func TestGzipReadAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		transfer  string
+		wantCalls int
+	}{
+		{"default", "", 0},
+		{"off", "  gzip_read_ahead = false", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := t.TempDir()
+			calls := filepath.Join(t.TempDir(), "igzip-calls")
+			script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %s\nexec gzip \"$@\"\n", calls)
+			if err := os.WriteFile(filepath.Join(bin, "igzip"), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// containerd inherits the test's environment.
+			t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+			e := newEnv(t, envOptions{transfer: tc.transfer})
+			img := e.push("unpack/gzip", "v1", registry.Image{FileLayers: []map[string][]byte{
+				{"/etc/app.conf": []byte("level=1\n"), "/bin/app": []byte(strings.Repeat("app ", 1<<16))},
+				{"/etc/app.conf": []byte("level=2\n")},
+			}})
+			e.criPull(img.Ref)
+
+			root, _ := e.mountImage("k8s.io", img.Ref, e.d.Snapshotter)
+			want := map[string]string{
+				"etc/": "", "etc/app.conf": "level=2\n",
+				"bin/": "", "bin/app": strings.Repeat("app ", 1<<16),
+			}
+			if got := rootTree(t, root); !maps.Equal(got, want) {
+				t.Errorf("unpacked root filesystem has %d entries, want %v", len(got), slices.Sorted(maps.Keys(want)))
+				for k, v := range got {
+					if want[k] != v {
+						t.Errorf("  %s: %.40q", k, v)
+					}
+				}
+			}
+			b, err := os.ReadFile(calls)
+			if err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			if got := strings.Count(string(b), "\n"); got != tc.wantCalls {
+				t.Errorf("containerd ran igzip %d times, want %d:\n%s", got, tc.wantCalls, b)
+			}
+		})
+	}
+}
