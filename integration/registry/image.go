@@ -2,6 +2,7 @@ package registry
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -233,34 +234,28 @@ func contentSource(seed int64, index int) io.Reader {
 // textSource turns random bytes into words from a small vocabulary: text
 // that gzip shrinks about threefold, like typical image layers.
 func textSource(r io.Reader) io.Reader {
-	return &wordReader{r: r}
+	return &wordReader{r: bufio.NewReaderSize(r, 4096)}
 }
 
 var vocabulary = strings.Fields("the of and to in is for on that with as by at from this be are or an it " +
 	"config layer image registry mirror pull push node pod container runtime snapshot digest manifest " +
 	"lib usr bin share local etc var log cache python go java node ruby perl shell script binary")
 
-// wordReader draws one random byte per word. It reads them in blocks:
-// the source's stream does not depend on how reads are split, so the text
-// is the same as drawing them one at a time, which made pushing a
-// benchmark's images take longer than pulling them.
+// wordReader draws one random byte per word. r is buffered: the source's
+// stream does not depend on how reads are split, so the text is the same
+// as drawing the bytes one at a time, which made pushing a benchmark's
+// images take longer than pulling them.
 type wordReader struct {
-	r       io.Reader
+	r       *bufio.Reader
 	pending []byte
-	random  []byte
-	buf     [4096]byte
 }
 
 func (w *wordReader) Read(p []byte) (int, error) {
 	for len(w.pending) < len(p) {
-		if len(w.random) == 0 {
-			if _, err := io.ReadFull(w.r, w.buf[:]); err != nil {
-				return 0, err
-			}
-			w.random = w.buf[:]
+		b, err := w.r.ReadByte()
+		if err != nil {
+			return 0, err
 		}
-		b := w.random[0]
-		w.random = w.random[1:]
 		sep := byte(' ')
 		if b%8 == 0 {
 			sep = '\n'

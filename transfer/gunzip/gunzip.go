@@ -61,7 +61,9 @@ func Handler(_ context.Context, mediaType string) (diff.StreamProcessorInit, boo
 }
 
 // gzipLayers are the media types of gzip layers. Types with more after
-// "gzip", such as encrypted layers, stay with whatever handles them.
+// "gzip", such as encrypted layers, stay with whatever handles them: not
+// images.DiffCompression, which sorts a type's suffixes and so reads
+// tar+gzip+encrypted as gzip.
 var gzipLayers = map[string]bool{
 	ocispec.MediaTypeImageLayerGzip:                 true,
 	ocispec.MediaTypeImageLayerNonDistributableGzip: true, //nolint:staticcheck // still served
