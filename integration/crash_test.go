@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -239,6 +240,73 @@ func TestCrashWhilePullsAreQueued(t *testing.T) {
 	}
 	if p := e.listPulls(); len(p) != 0 {
 		t.Fatalf("ListPulls after every pull ended: %v", p)
+	}
+}
+
+// TestCrashLeavesSnapshotDirectory: SIGKILL between the snapshotter's
+// rename of a new snapshot's directory and the commit of its record leaves
+// snapshots/<next ID> on disk with nothing in the snapshotter's database,
+// which hands that ID out again. The window is a few milliseconds wide, so
+// the test writes what such a kill leaves rather than waiting to hit it.
+// After the restart the next unpack must not trip on the directory. On a
+// fresh root the cut Prepare was the first, and the database has no
+// snapshot bucket yet.
+func TestCrashLeavesSnapshotDirectory(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		pullBefore bool
+	}{
+		{name: "after a pull", pullBefore: true},
+		{name: "on a fresh root"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{})
+			if e.d.Snapshotter != "overlayfs" {
+				t.Fatalf("containerd runs the %s snapshotter: overlay does not mount under %s, and this test needs overlayfs", e.d.Snapshotter, e.d.Dir)
+			}
+			next := e.push("crash/snapshot-next", "v1", registry.Image{Layers: []int64{16 << 10, 16 << 10}, Seed: 3301})
+			if tc.pullBefore {
+				e.criPull(e.push("crash/snapshot-first", "v1", registry.Image{Layers: []int64{16 << 10, 16 << 10}, Seed: 3300}).Ref)
+			}
+			e.d.Kill(t)
+
+			dir := filepath.Join(e.d.Root, "io.containerd.snapshotter.v1.overlayfs", "snapshots")
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// IDs come from a sequence, and nothing was removed: the next
+			// is one past the highest.
+			highest := 0
+			for _, de := range entries {
+				if id, err := strconv.Atoi(de.Name()); err == nil && id > highest {
+					highest = id
+				}
+			}
+			left := []string{
+				filepath.Join(dir, strconv.Itoa(highest+1), "fs", "left-by-the-crash"),
+				filepath.Join(dir, "new-3300", "fs", "left-by-the-crash"),
+			}
+			for _, f := range left {
+				if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			e.restartAfterCrash()
+			if _, err := e.images.PullImage(context.Background(), criImage(next.Ref), nil, nil); err != nil {
+				t.Fatalf("pull after the crash: %v", err)
+			}
+			e.assertSource(next.Ref, next, next.Ref)
+			for _, f := range left {
+				if _, err := os.Stat(f); !os.IsNotExist(err) {
+					t.Errorf("%s, left by the crash, is still there (stat: %v)", f, err)
+				}
+			}
+		})
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	_ "github.com/pullwise/pullwise/plugin/pinning"
 	_ "github.com/pullwise/pullwise/plugin/pullwise"
 	_ "github.com/pullwise/pullwise/plugin/server"
+	_ "github.com/pullwise/pullwise/plugin/sweep"
 	_ "github.com/pullwise/pullwise/plugin/transfer"
 
 	// Upstream, except plugins/server/grpc and plugins/transfer.

@@ -22,6 +22,7 @@ var (
 		"github.com/pullwise/pullwise/plugin/pinning",
 		"github.com/pullwise/pullwise/plugin/pullwise",
 		"github.com/pullwise/pullwise/plugin/server",
+		"github.com/pullwise/pullwise/plugin/sweep",
 		"github.com/pullwise/pullwise/plugin/transfer",
 	}
 )
