@@ -66,7 +66,6 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			gunzip.Enable(c.GzipReadAhead)
 			ups, err := unpackPlatforms(ic, db, c)
 			if err != nil {
 				return nil, err
@@ -112,6 +111,9 @@ func init() {
 				tc.HostDirs = []string{c.RegistryConfigPath}
 			}
 			ts.Configure(tc)
+			// Last, so a plugin that failed to load leaves gzip layers to
+			// containerd.
+			gunzip.Enable(c.GzipReadAhead)
 			return ts, nil
 		},
 	})

@@ -39,19 +39,21 @@ const (
 
 var gzipMagic = []byte{0x1f, 0x8b}
 
-// off is process-wide, as diff.RegisterProcessor is.
-var off atomic.Bool
+// on is process-wide, as diff.RegisterProcessor is.
+var on atomic.Bool
 
-// Enable turns Handler on or off; it is on unless turned off. Off, gzip
-// layers go to containerd's own decompression.
-func Enable(on bool) { off.Store(!on) }
+// Enable turns Handler on or off. It starts off, so that registering it
+// changes nothing until the transfer plugin, once it has loaded, turns it
+// on: with that plugin disabled, gzip layers stay with containerd. Off,
+// gzip layers go to containerd's own decompression.
+func Enable(enable bool) { on.Store(enable) }
 
 // Handler claims layers whose media type says gzip. Register it with
 // diff.RegisterProcessor before containerd's server starts: the
 // stream_processors of its config are registered after, and so still come
 // first for the media types they name.
 func Handler(_ context.Context, mediaType string) (diff.StreamProcessorInit, bool) {
-	if off.Load() {
+	if !on.Load() {
 		return nil, false
 	}
 	if !gzipLayers[mediaType] {

@@ -6,8 +6,10 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/diff"
@@ -88,6 +90,18 @@ func uncompress(t *testing.T, mediaType string, blob []byte) ([]byte, error) {
 		t.Errorf("close: %v", cerr)
 	}
 	return out, err
+}
+
+// TestMain checks the Handler starts off, as the transfer plugin relies
+// on when it is disabled, then turns it on for the tests, as the plugin
+// does by default.
+func TestMain(m *testing.M) {
+	if _, claimed := Handler(context.Background(), ocispec.MediaTypeImageLayerGzip); claimed {
+		fmt.Fprintln(os.Stderr, "Handler claimed a gzip layer before Enable(true)")
+		os.Exit(1)
+	}
+	Enable(true)
+	os.Exit(m.Run())
 }
 
 func TestUncompressedLayerIsTheTarStream(t *testing.T) {
