@@ -21,7 +21,7 @@ import (
 
 // layerTar is a tar stream of one file of n bytes, half random and half
 // repeated, so it spans several read-ahead blocks and still compresses.
-func layerTar(t *testing.T, n int) []byte {
+func layerTar(t testing.TB, n int) []byte {
 	t.Helper()
 	body := make([]byte, n)
 	r := rand.NewChaCha8([32]byte{1})
@@ -43,7 +43,7 @@ func layerTar(t *testing.T, n int) []byte {
 	return buf.Bytes()
 }
 
-func gzipped(t *testing.T, parts ...[]byte) []byte {
+func gzipped(t testing.TB, parts ...[]byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	for _, p := range parts {
