@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	remote "k8s.io/cri-client/pkg"
@@ -56,6 +57,9 @@ type env struct {
 	runtime  internalapi.RuntimeService
 	images   internalapi.ImageManagerService
 	pullwise api.PullwiseClient
+	// conn reaches containerd's own gRPC API, beside CRI; gRPC reconnects
+	// it across restarts.
+	conn *grpc.ClientConn
 }
 
 func newEnv(t testing.TB, opts envOptions) *env {
@@ -130,7 +134,13 @@ func (e *env) connect() {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { conn.Close() })
+	e.conn = conn
 	e.pullwise = api.NewPullwiseClient(conn)
+}
+
+// inNamespace is a context for containerd's own API in namespace ns.
+func inNamespace(ns string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "containerd-namespace", ns)
 }
 
 // push seeds an image on upstream, and on a seeded mirror too.

@@ -11,10 +11,7 @@ import (
 	contentapi "github.com/containerd/containerd/api/services/content/v1"
 	imagesapi "github.com/containerd/containerd/api/services/images/v1"
 	"github.com/opencontainers/go-digest"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -46,12 +43,7 @@ func (e *env) imageLabels(ns, name string) map[string]string {
 
 // getImage reads an image record through containerd's images API.
 func (e *env) getImage(ns, name string) (*imagesapi.Image, error) {
-	e.t.Helper()
-	var resp *imagesapi.GetImageResponse
-	err := e.containerdAPI(ns, func(ctx context.Context, conn *grpc.ClientConn) (err error) {
-		resp, err = imagesapi.NewImagesClient(conn).Get(ctx, &imagesapi.GetImageRequest{Name: name})
-		return err
-	})
+	resp, err := imagesapi.NewImagesClient(e.conn).Get(inNamespace(ns), &imagesapi.GetImageRequest{Name: name})
 	return resp.GetImage(), err
 }
 
@@ -59,10 +51,7 @@ func (e *env) getImage(ns, name string) (*imagesapi.Image, error) {
 // content store, as `ctr content ls` would list it.
 func (e *env) contentCommitted(ns string, d digest.Digest) bool {
 	e.t.Helper()
-	err := e.containerdAPI(ns, func(ctx context.Context, conn *grpc.ClientConn) error {
-		_, err := contentapi.NewContentClient(conn).Info(ctx, &contentapi.InfoRequest{Digest: d.String()})
-		return err
-	})
+	_, err := contentapi.NewContentClient(e.conn).Info(inNamespace(ns), &contentapi.InfoRequest{Digest: d.String()})
 	if status.Code(err) == codes.NotFound {
 		return false
 	}
@@ -70,17 +59,6 @@ func (e *env) contentCommitted(ns string, d digest.Digest) bool {
 		e.t.Fatalf("content info %s: %v", d, err)
 	}
 	return true
-}
-
-// containerdAPI calls containerd's own gRPC API in namespace ns, beside CRI.
-func (e *env) containerdAPI(ns string, call func(context.Context, *grpc.ClientConn) error) error {
-	e.t.Helper()
-	conn, err := grpc.NewClient(e.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer conn.Close()
-	return call(metadata.AppendToOutgoingContext(context.Background(), "containerd-namespace", ns), conn)
 }
 
 // assertSource checks what a user sees after a CRI pull of ref: the label

@@ -29,9 +29,15 @@ func layerTar(t testing.TB, n int) []byte {
 	for i := n / 2; i < n; i++ {
 		body[i] = "layer "[i%6]
 	}
+	return tarOf(t, body)
+}
+
+// tarOf is a tar stream of one file, f, holding body.
+func tarOf(t testing.TB, body []byte) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: "f", Mode: 0o644, Size: int64(n), Typeflag: tar.TypeReg}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: "f", Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tw.Write(body); err != nil {
