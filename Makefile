@@ -8,6 +8,10 @@ RUN_DIR   := $(CURDIR)/_run
 PROTO_DIR := cri/api/v1alpha1
 # Integration tests talk to a real daemon; give them room but stay well inside CI's budget.
 INTEGRATION_TIMEOUT ?= 15m
+# go test, with every failed test's output repeated at the end of the run: CI
+# keeps only the tail of a log, and a failure in a 300-second verbose
+# integration run is otherwise thousands of lines above it.
+GOTEST    := $(GO) tool gotestsum --format standard-verbose --
 
 .PHONY: all build containerd containerd-stock bench soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean
 
@@ -51,14 +55,14 @@ vet:
 	$(GO) vet ./...
 
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e '/integration$$' -e '/integration/kubelet$$')
+	$(GO) tool gotestsum --format standard-quiet -- -race -count=1 $$($(GO) list ./... | grep -v -e '/integration$$' -e '/integration/kubelet$$')
 
 # Integration needs root (mounts, a real daemon). As root it always runs: it
 # never skips silently. Without root it says so and stops here.
 integration: build
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "integration: skipped, needs root (run 'sudo make integration')"; exit 0; fi
-	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/
+	PULLWISE_BIN=$(BIN) $(GOTEST) -count=1 -timeout $(INTEGRATION_TIMEOUT) ./integration/
 
 # Kubelet end to end: the real kubelet (make kubelet) on the real daemon,
 # root only, like integration, and never skipped as root. The image GC test
@@ -67,12 +71,12 @@ KUBELET_TIMEOUT ?= 10m
 kubelet-e2e: build kubelet
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "kubelet-e2e: skipped, needs root (run 'sudo make kubelet-e2e')"; exit 0; fi
-	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -timeout $(KUBELET_TIMEOUT) -v -run Kubelet -skip TestKubeletImageGC ./integration/kubelet/
+	PULLWISE_BIN=$(BIN) $(GOTEST) -count=1 -timeout $(KUBELET_TIMEOUT) -run Kubelet -skip TestKubeletImageGC ./integration/kubelet/
 
 kubelet-gc: build kubelet
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "kubelet-gc: skipped, needs root (run 'sudo make kubelet-gc')"; exit 0; fi
-	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -timeout $(KUBELET_TIMEOUT) -v -run TestKubeletImageGC ./integration/kubelet/
+	PULLWISE_BIN=$(BIN) $(GOTEST) -count=1 -timeout $(KUBELET_TIMEOUT) -run TestKubeletImageGC ./integration/kubelet/
 
 test: vet proto-check unit integration kubelet-e2e
 
