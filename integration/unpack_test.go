@@ -51,61 +51,85 @@ func TestParallelUnpackWhiteouts(t *testing.T) {
 	assertUnpacked(t, e, img.Config, chainID, true)
 }
 
-// TestDefaultUnpackKeepsImpliedDirectories pulls through CRI, with the
-// default config, an image whose second layer adds a file to a private
-// directory and deletes one from another without directory entries for
-// either, as some image builders write layers. Both directories must keep
-// the mode and owner the first layer gave them. containerd v2.4.2's
-// parallel unpack applies that layer alone and creates them 0755 and owned
-// by root, so a private directory would become world-readable: this is why
-// the default unpack stays sequential.
-func TestDefaultUnpackKeepsImpliedDirectories(t *testing.T) {
-	e := newEnv(t, envOptions{logLevel: "debug"}) // "image unpacked" is a debug line
-	requireOverlayfs(t, e)
-	img := e.push("unpack/implied-dirs", "v1", registry.Image{
-		FileLayers: []map[string][]byte{
-			{"/d/f": []byte("f1"), "/d/h": []byte("h1"), "/e/f": []byte("ef1"), "/e/k": []byte("k1")},
-			{"/d/g": []byte("g2"), "/e/f": nil},
-		},
-		FileLayerDirs: []map[string]registry.Dir{{
-			"d": {Mode: 0o700, UID: 1000, GID: 1000},
-			"e": {Mode: 0o750, UID: 1001, GID: 1001},
-		}},
-		// The second layer has d/g and e/.wh.f only; the first has d/ and
-		// e/ because they are listed.
-		ImpliedDirs: true,
-	})
-	e.criPull(img.Ref)
-
-	root, chainID := e.mountImage("k8s.io", img.Ref, "overlayfs")
-	wantTree := map[string]string{"d/": "", "d/f": "f1", "d/g": "g2", "d/h": "h1", "e/": "", "e/k": "k1"}
-	if got := rootTree(t, root); !maps.Equal(got, wantTree) {
-		t.Errorf("unpacked root filesystem:\n%v\nwant:\n%v", got, wantTree)
-	}
-	type owned struct {
-		mode     fs.FileMode
-		uid, gid uint32
-	}
-	for _, want := range []struct {
-		name string
-		owned
+// TestUnpackKeepsImpliedDirectories pulls through CRI an image whose upper
+// layers add files to, and delete files from, directories they have no
+// entries for, as some image builders write layers. Every such directory
+// must keep the mode and owner the layers below gave it, and one nothing
+// below has gets 0755 and root, as containerd's sequential unpack does.
+// containerd v2.4.2's parallel unpack applies each layer alone and creates
+// them all 0755 and owned by root, so a private directory would become
+// world-readable; Pullwise's parallel unpack mends them as it commits each
+// layer (transfer/implied). The third layer implies directories that only
+// the first has, and one that the second implies too.
+func TestUnpackKeepsImpliedDirectories(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		transfer string
+		parallel bool
 	}{
-		{"d", owned{fs.ModeDir | 0o700, 1000, 1000}},
-		{"e", owned{fs.ModeDir | 0o750, 1001, 1001}},
+		{name: "sequential (default)"},
+		{name: "parallel", transfer: "  max_concurrent_unpacks = 2", parallel: true},
 	} {
-		fi, err := os.Lstat(filepath.Join(root, want.name))
-		if err != nil {
-			t.Errorf("/%s: %v", want.name, err)
-			continue
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		if got := (owned{fi.Mode(), st.Uid, st.Gid}); got != want.owned {
-			t.Errorf("/%s is %v owned by %d:%d, want %v owned by %d:%d as the first layer has it",
-				want.name, got.mode, got.uid, got.gid, want.mode, want.uid, want.gid)
-		}
-	}
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{logLevel: "debug", transfer: tc.transfer}) // "image unpacked" is a debug line
+			requireOverlayfs(t, e)
+			img := e.push("unpack/implied-dirs", "v1", registry.Image{
+				FileLayers: []map[string][]byte{
+					{"/d/f": []byte("f1"), "/d/h": []byte("h1"), "/e/f": []byte("ef1"), "/e/k": []byte("k1"), "/n/m/f": []byte("nf1")},
+					{"/d/g": []byte("g2"), "/e/f": nil, "/new/x": []byte("x2")},
+					{"/d/i": []byte("i3"), "/n/m/z": []byte("z3")},
+				},
+				FileLayerDirs: []map[string]registry.Dir{{
+					"d":   {Mode: 0o700, UID: 1000, GID: 1000},
+					"e":   {Mode: 0o750, UID: 1001, GID: 1001},
+					"n":   {Mode: 0o711, UID: 1002, GID: 1002},
+					"n/m": {Mode: 0o700, UID: 1003, GID: 1003},
+				}},
+				// Only the first layer has directory entries, and only
+				// for the directories listed here.
+				ImpliedDirs: true,
+			})
+			e.criPull(img.Ref)
 
-	assertUnpacked(t, e, img.Config, chainID, false)
+			root, chainID := e.mountImage("k8s.io", img.Ref, "overlayfs")
+			wantTree := map[string]string{
+				"d/": "", "d/f": "f1", "d/g": "g2", "d/h": "h1", "d/i": "i3",
+				"e/": "", "e/k": "k1",
+				"n/": "", "n/m/": "", "n/m/f": "nf1", "n/m/z": "z3",
+				"new/": "", "new/x": "x2",
+			}
+			if got := rootTree(t, root); !maps.Equal(got, wantTree) {
+				t.Errorf("unpacked root filesystem:\n%v\nwant:\n%v", got, wantTree)
+			}
+			type owned struct {
+				mode     fs.FileMode
+				uid, gid uint32
+			}
+			for _, want := range []struct {
+				name string
+				owned
+			}{
+				{"d", owned{fs.ModeDir | 0o700, 1000, 1000}},
+				{"e", owned{fs.ModeDir | 0o750, 1001, 1001}},
+				{"n", owned{fs.ModeDir | 0o711, 1002, 1002}},
+				{"n/m", owned{fs.ModeDir | 0o700, 1003, 1003}},
+				{"new", owned{fs.ModeDir | 0o755, 0, 0}},
+			} {
+				fi, err := os.Lstat(filepath.Join(root, want.name))
+				if err != nil {
+					t.Errorf("/%s: %v", want.name, err)
+					continue
+				}
+				st := fi.Sys().(*syscall.Stat_t)
+				if got := (owned{fi.Mode(), st.Uid, st.Gid}); got != want.owned {
+					t.Errorf("/%s is %v owned by %d:%d, want %v owned by %d:%d",
+						want.name, got.mode, got.uid, got.gid, want.mode, want.uid, want.gid)
+				}
+			}
+
+			assertUnpacked(t, e, img.Config, chainID, tc.parallel)
+		})
+	}
 }
 
 // requireOverlayfs stops a test whose containerd cannot run overlayfs:

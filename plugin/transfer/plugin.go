@@ -25,6 +25,7 @@ import (
 	"github.com/pullwise/pullwise/transfer"
 	"github.com/pullwise/pullwise/transfer/gate"
 	"github.com/pullwise/pullwise/transfer/gunzip"
+	"github.com/pullwise/pullwise/transfer/implied"
 	"github.com/pullwise/pullwise/transfer/lane"
 
 	// Type registrations for transfer sources and destinations; without
@@ -75,8 +76,14 @@ func init() {
 			// asked for parallel unpack (parallelUnpack); it never binds.
 			unpacks := lane.New(unpackLimit(c.MaxConcurrentUnpacks))
 			parallel := parallelUnpack(c.MaxConcurrentUnpacks)
+			dirs := implied.NewDirs()
 			for i := range ups {
-				ups[i].Applier = lane.Applier{Applier: ups[i].Applier, Lane: unpacks}
+				a := ups[i].Applier
+				if parallel {
+					a = implied.Applier{Applier: a, Content: db.ContentStore(), Dirs: dirs}
+					ups[i].Snapshotter = implied.Snapshotter{Snapshotter: ups[i].Snapshotter, Dirs: dirs}
+				}
+				ups[i].Applier = lane.Applier{Applier: a, Lane: unpacks}
 			}
 			next := local.NewTransferService(db.ContentStore(), metadata.NewImageStore(db), local.TransferConfig{
 				Leases:                      l.(leases.Manager),
@@ -128,12 +135,11 @@ func init() {
 // and places are taken from the lane only, when a layer is in and ready to
 // apply.
 //
-// Parallel unpack stays opt-in, as upstream has it: it does not unpack
-// every image as the sequential path does. A directory that a layer
-// implies (it has d/f but no d/ entry) is created with mode 0755 and owner
-// root in that layer, instead of keeping the mode and owner it has in the
-// layers below, so a private directory can become world-readable
-// (containerd v2.4.2; docs/pull-gate.md).
+// Parallel unpack stays opt-in, as upstream has it. Upstream's creates a
+// directory that a layer only implies (d/f without d/) 0755 and owned by
+// root, whatever the layers below give it (containerd v2.4.2); the
+// unpacker's applier and snapshotter are wrapped (transfer/implied) so
+// that it gets what the sequential unpack gives it.
 func parallelUnpack(configured int) bool { return configured > 1 }
 
 // containerdUnpacks is the max_concurrent_unpacks containerd's transfer
