@@ -79,7 +79,7 @@ func (s Snapshotter) inherit(ctx context.Context, key, parent string) (err error
 		return err
 	}
 	defer func() {
-		if rerr := s.Snapshotter.Remove(ctx, view); rerr != nil {
+		if rerr := s.Snapshotter.Remove(context.WithoutCancel(ctx), view); rerr != nil {
 			log.G(ctx).WithError(rerr).WithField("key", view).Warn("remove view of an image's layers")
 		}
 	}()
