@@ -11,7 +11,7 @@ INTEGRATION_TIMEOUT ?= 15m
 # go test, with every failed test's output repeated at the end of the run: CI
 # keeps only the tail of a log, and a failure in a 300-second verbose
 # integration run is otherwise thousands of lines above it.
-GOTEST    := $(GO) tool gotestsum --format standard-verbose --
+GOTESTSUM := $(GO) tool gotestsum
 
 .PHONY: all build containerd containerd-stock bench soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean
 
@@ -55,14 +55,14 @@ vet:
 	$(GO) vet ./...
 
 unit:
-	$(GO) tool gotestsum --format standard-quiet -- -race -count=1 $$($(GO) list ./... | grep -v -e '/integration$$' -e '/integration/kubelet$$')
+	$(GOTESTSUM) --format standard-quiet -- -race -count=1 $$($(GO) list ./... | grep -v -e '/integration$$' -e '/integration/kubelet$$')
 
 # Integration needs root (mounts, a real daemon). As root it always runs: it
 # never skips silently. Without root it says so and stops here.
 integration: build
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "integration: skipped, needs root (run 'sudo make integration')"; exit 0; fi
-	PULLWISE_BIN=$(BIN) $(GOTEST) -count=1 -timeout $(INTEGRATION_TIMEOUT) ./integration/
+	PULLWISE_BIN=$(BIN) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout $(INTEGRATION_TIMEOUT) ./integration/
 
 # Kubelet end to end: the real kubelet (make kubelet) on the real daemon,
 # root only, like integration, and never skipped as root. The image GC test
@@ -71,12 +71,12 @@ KUBELET_TIMEOUT ?= 10m
 kubelet-e2e: build kubelet
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "kubelet-e2e: skipped, needs root (run 'sudo make kubelet-e2e')"; exit 0; fi
-	PULLWISE_BIN=$(BIN) $(GOTEST) -count=1 -timeout $(KUBELET_TIMEOUT) -run Kubelet -skip TestKubeletImageGC ./integration/kubelet/
+	PULLWISE_BIN=$(BIN) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout $(KUBELET_TIMEOUT) -run Kubelet -skip TestKubeletImageGC ./integration/kubelet/
 
 kubelet-gc: build kubelet
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "kubelet-gc: skipped, needs root (run 'sudo make kubelet-gc')"; exit 0; fi
-	PULLWISE_BIN=$(BIN) $(GOTEST) -count=1 -timeout $(KUBELET_TIMEOUT) -run TestKubeletImageGC ./integration/kubelet/
+	PULLWISE_BIN=$(BIN) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout $(KUBELET_TIMEOUT) -run TestKubeletImageGC ./integration/kubelet/
 
 test: vet proto-check unit integration kubelet-e2e
 
@@ -148,7 +148,7 @@ soak: build
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "soak: skipped, needs root (run 'sudo make soak')"; exit 0; fi
 	SOAK_PULLS=$(SOAK_PULLS) SOAK_ROUNDS=$(SOAK_ROUNDS) PULLWISE_BIN=$(BIN) \
-		$(GO) test -count=1 -timeout 60m -v -run '^TestSoak$$' ./integration/
+		$(GOTESTSUM) --format standard-verbose -- -count=1 -timeout 60m -run '^TestSoak$$' ./integration/
 
 # Costs of Pullwise's own code as pulls, images and subscribers grow; then
 # Pullwise against stock containerd in one run, on loopback registries;

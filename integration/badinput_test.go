@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -24,12 +22,7 @@ import (
 // panic, and the daemon must keep answering.
 func TestBadInput(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	conn, err := grpc.NewClient(e.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	cri := criapi.NewImageServiceClient(conn)
+	cri := criapi.NewImageServiceClient(e.conn)
 	missing := e.upstream.Host() + "/no/such:v1"
 	huge := strings.Repeat("a", 1<<20)
 

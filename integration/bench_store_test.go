@@ -9,9 +9,6 @@ import (
 
 	imagesapi "github.com/containerd/containerd/api/services/images/v1"
 	"github.com/containerd/containerd/api/types"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullwise/pullwise/integration/daemon"
@@ -92,13 +89,8 @@ func BenchmarkImageStore(b *testing.B) {
 // ref points to, through containerd's images API as `ctr images tag` would.
 func (e *env) createRecords(b *testing.B, ref string, n int) {
 	b.Helper()
-	conn, err := grpc.NewClient(e.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "containerd-namespace", "k8s.io")
-	c := imagesapi.NewImagesClient(conn)
+	ctx := inNamespace("k8s.io")
+	c := imagesapi.NewImagesClient(e.conn)
 	got, err := c.Get(ctx, &imagesapi.GetImageRequest{Name: ref})
 	if err != nil {
 		b.Fatalf("get %s: %v", ref, err)

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	remote "k8s.io/cri-client/pkg"
@@ -140,7 +140,7 @@ func (e *env) connect() {
 
 // inNamespace is a context for containerd's own API in namespace ns.
 func inNamespace(ns string) context.Context {
-	return metadata.AppendToOutgoingContext(context.Background(), "containerd-namespace", ns)
+	return namespaces.WithNamespace(context.Background(), ns)
 }
 
 // push seeds an image on upstream, and on a seeded mirror too.

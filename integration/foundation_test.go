@@ -7,9 +7,6 @@ import (
 	"testing"
 
 	imagesapi "github.com/containerd/containerd/api/services/images/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
@@ -207,13 +204,7 @@ func TestBadRequestDoesNotKillDaemon(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	img := e.push("bad/app", "v1", registry.Image{Layers: []int64{8 << 10}, Seed: 1100})
 	e.criPull(img.Ref)
-	conn, err := grpc.NewClient(e.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "containerd-namespace", "k8s.io")
-	_, err = imagesapi.NewImagesClient(conn).Update(ctx, &imagesapi.UpdateImageRequest{
+	_, err := imagesapi.NewImagesClient(e.conn).Update(inNamespace("k8s.io"), &imagesapi.UpdateImageRequest{
 		Image:      &imagesapi.Image{Name: img.Ref, Labels: map[string]string{"a": "b"}},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels.a"}},
 	})

@@ -14,11 +14,8 @@ import (
 	eventtypes "github.com/containerd/containerd/api/events"
 	eventsapi "github.com/containerd/containerd/api/services/events/v1"
 	imagesapi "github.com/containerd/containerd/api/services/images/v1"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/opencontainers/go-digest"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -72,13 +69,7 @@ func newPinEnv(t *testing.T, opts func(host string) envOptions) *pinEnv {
 	o := opts(e.upstream.Host())
 	e.d = daemon.Start(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: o.criImages, ExtraConfig: o.extraConfig})
 	e.connect()
-
-	conn, err := grpc.NewClient(e.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &pinEnv{env: e, imagesAPI: imagesapi.NewImagesClient(conn), eventsAPI: eventsapi.NewEventsClient(conn)}
+	return &pinEnv{env: e, imagesAPI: imagesapi.NewImagesClient(e.conn), eventsAPI: eventsapi.NewEventsClient(e.conn)}
 }
 
 // pinSandbox pins host/repo as the sandbox image.
@@ -87,8 +78,6 @@ func pinSandbox(repo string) func(host string) envOptions {
 		return envOptions{criImages: pinnedImagesTOML("sandbox", host+"/"+repo)}
 	}
 }
-
-func k8sCtx() context.Context { return namespaces.WithNamespace(context.Background(), "k8s.io") }
 
 // names of a pulled image as CRI knows them.
 func tagRef(img registry.Pushed) string { return img.Ref }
@@ -101,7 +90,7 @@ func imageID(img registry.Pushed) string { return img.Config.String() }
 // manifest, by record name.
 func (p *pinEnv) records(manifest digest.Digest) map[string]map[string]string {
 	p.t.Helper()
-	resp, err := p.imagesAPI.List(k8sCtx(), &imagesapi.ListImagesRequest{Filters: []string{"target.digest==" + manifest.String()}})
+	resp, err := p.imagesAPI.List(inNamespace("k8s.io"), &imagesapi.ListImagesRequest{Filters: []string{"target.digest==" + manifest.String()}})
 	if err != nil {
 		p.t.Fatalf("list images: %v", err)
 	}
@@ -203,7 +192,7 @@ func (p *pinEnv) ctrOK(ns string, args ...string) string {
 // replaced the record's labels (and so that pinning had to restore them).
 func (p *pinEnv) requireLabelsRewritten(name string, action func()) {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(k8sCtx(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(inNamespace("k8s.io"), 2*time.Minute)
 	defer cancel()
 	stream, err := p.eventsAPI.Subscribe(ctx, &eventsapi.SubscribeRequest{
 		Filters: []string{`topic=="/images/update",namespace=="k8s.io"`},
@@ -227,11 +216,11 @@ func (p *pinEnv) requireLabelsRewritten(name string, action func()) {
 	// (The images service dereferences the target even when the mask
 	// names labels only.)
 	const sentinel = "io.pullwise.test/sentinel"
-	got, err := p.imagesAPI.Get(k8sCtx(), &imagesapi.GetImageRequest{Name: name})
+	got, err := p.imagesAPI.Get(inNamespace("k8s.io"), &imagesapi.GetImageRequest{Name: name})
 	if err != nil {
 		p.t.Fatalf("get %s: %v", name, err)
 	}
-	if _, err := p.imagesAPI.Update(k8sCtx(), &imagesapi.UpdateImageRequest{
+	if _, err := p.imagesAPI.Update(inNamespace("k8s.io"), &imagesapi.UpdateImageRequest{
 		Image:      &imagesapi.Image{Name: name, Target: got.GetImage().GetTarget(), Labels: map[string]string{sentinel: "1"}},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels." + sentinel}},
 	}); err != nil {

@@ -5,9 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -51,11 +49,6 @@ func TestProgressOnRuntimeService(t *testing.T) {
 	podID, podCfg := e.runPod(t, "kep")
 	ctx := context.Background()
 
-	conn, err := grpc.NewClient(e.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	reqDesc, respDesc := kepMessages(t)
 	call := func(pod, ctr string) (string, error) {
 		req := dynamicpb.NewMessage(reqDesc)
@@ -66,7 +59,7 @@ func TestProgressOnRuntimeService(t *testing.T) {
 			req.Set(reqDesc.Fields().ByName("container_id"), protoreflect.ValueOfString(ctr))
 		}
 		resp := dynamicpb.NewMessage(respDesc)
-		err := conn.Invoke(ctx, "/runtime.v1.RuntimeService/ImagePullProgress", req, resp)
+		err := e.conn.Invoke(ctx, "/runtime.v1.RuntimeService/ImagePullProgress", req, resp)
 		return resp.Get(respDesc.Fields().ByName("url")).String(), err
 	}
 
@@ -120,7 +113,7 @@ func TestProgressOnRuntimeService(t *testing.T) {
 	if st, err := e.runtime.PodSandboxStatus(ctx, podID, false); err != nil || st.GetStatus().GetId() != podID {
 		t.Fatalf("runtime.v1 PodSandboxStatus: %v", err)
 	}
-	err = conn.Invoke(ctx, "/runtime.v1.RuntimeService/NoSuchMethod", dynamicpb.NewMessage(reqDesc), dynamicpb.NewMessage(respDesc))
+	err = e.conn.Invoke(ctx, "/runtime.v1.RuntimeService/NoSuchMethod", dynamicpb.NewMessage(reqDesc), dynamicpb.NewMessage(respDesc))
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("an unknown runtime.v1 method: %v, want Unimplemented", err)
 	}

@@ -109,16 +109,21 @@ func parallelUpper(mounts []mount.Mount) (string, bool) {
 	if len(mounts) != 1 || mounts[0].Type != "overlay" || userns.RunningInUserNS() {
 		return "", false
 	}
-	var upper string
-	for _, o := range mounts[0].Options {
-		if strings.HasPrefix(o, "lowerdir=") {
-			return "", false
-		}
-		if v, ok := strings.CutPrefix(o, "upperdir="); ok {
-			upper = v
+	if _, ok := overlayOption(mounts[0], "lowerdir="); ok {
+		return "", false
+	}
+	return overlayOption(mounts[0], "upperdir=")
+}
+
+// overlayOption returns the value of an overlay mount's option, such as
+// "upperdir=".
+func overlayOption(m mount.Mount, prefix string) (string, bool) {
+	for _, o := range m.Options {
+		if v, ok := strings.CutPrefix(o, prefix); ok {
+			return v, v != ""
 		}
 	}
-	return upper, upper != ""
+	return "", false
 }
 
 // headers records, from a layer's tar headers, the directories it lists

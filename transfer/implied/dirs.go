@@ -45,8 +45,9 @@ func (d *Dirs) take(upper string) []string {
 	return dirs
 }
 
-// Len is the number of layers applied and not yet committed or removed.
-func (d *Dirs) Len() int {
+// len is the number of layers applied and not yet committed or removed.
+// At 0, commits and removals skip looking up their snapshot's directory.
+func (d *Dirs) len() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.m)

@@ -86,8 +86,8 @@ func TestCommitInheritsImpliedDirs(t *testing.T) {
 	if n, err := unix.Lgetxattr(filepath.Join(upper, "p"), "user.layer", buf); err != nil || string(buf[:n]) != "l1" {
 		t.Errorf("p's user.layer after commit: %q, %v; want l1's", buf[:max(n, 0)], err)
 	}
-	if dirs.Len() != 0 {
-		t.Errorf("%d layers still recorded after their commit", dirs.Len())
+	if dirs.len() != 0 {
+		t.Errorf("%d layers still recorded after their commit", dirs.len())
 	}
 	// No view is left behind.
 	var keys []string
@@ -109,8 +109,8 @@ func TestRemoveForgetsImpliedDirs(t *testing.T) {
 	if err := sn.Remove(context.Background(), "active"); err != nil {
 		t.Fatal(err)
 	}
-	if dirs.Len() != 0 {
-		t.Errorf("%d layers still recorded after their snapshot was removed", dirs.Len())
+	if dirs.len() != 0 {
+		t.Errorf("%d layers still recorded after their snapshot was removed", dirs.len())
 	}
 }
 

@@ -48,6 +48,9 @@ func (s Snapshotter) Commit(ctx context.Context, name, key string, opts ...snaps
 
 // Remove implements snapshots.Snapshotter.
 func (s Snapshotter) Remove(ctx context.Context, key string) error {
+	if s.Dirs.len() == 0 {
+		return s.Snapshotter.Remove(ctx, key)
+	}
 	if mounts, err := s.Snapshotter.Mounts(ctx, key); err == nil {
 		if dir, ok := bindSource(mounts); ok {
 			s.Dirs.take(dir)
@@ -56,7 +59,11 @@ func (s Snapshotter) Remove(ctx context.Context, key string) error {
 	return s.Snapshotter.Remove(ctx, key)
 }
 
-func (s Snapshotter) inherit(ctx context.Context, key, parent string) (err error) {
+func (s Snapshotter) inherit(ctx context.Context, key, parent string) error {
+	if s.Dirs.len() == 0 {
+		// Most layers list every directory: no lookup on their commit.
+		return nil
+	}
 	mounts, err := s.Snapshotter.Mounts(ctx, key)
 	if err != nil {
 		return err
@@ -102,10 +109,8 @@ func layerDirs(mounts []mount.Mount) ([]string, error) {
 		return []string{dir}, nil
 	}
 	if len(mounts) == 1 && mounts[0].Type == "overlay" {
-		for _, o := range mounts[0].Options {
-			if v, ok := strings.CutPrefix(o, "lowerdir="); ok {
-				return strings.Split(v, ":"), nil
-			}
+		if lower, ok := overlayOption(mounts[0], "lowerdir="); ok {
+			return strings.Split(lower, ":"), nil
 		}
 	}
 	return nil, fmt.Errorf("layers of a view mounted as %v: %w", mounts, errors.ErrUnsupported)
