@@ -153,6 +153,13 @@ func benchBurst(b *testing.B, name string, image func(j int) registry.Image) {
 				}
 				b.StartTimer()
 				c.each(i, func(name string, e *env) {
+					// Each burst starts with no dirty pages left by the
+					// one before, whichever daemon wrote them: writeback
+					// and the journal commits that content fsyncs force
+					// would otherwise land on whoever pulls next.
+					b.StopTimer()
+					syscall.Sync()
+					b.StartTimer()
 					var profiled sync.WaitGroup
 					if prefix := os.Getenv("PULLWISE_BENCH_PROFILE"); prefix != "" {
 						profiled.Go(func() {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -25,8 +26,8 @@ import (
 // filesystem containerd unpacked. With parallel unpack each layer is applied
 // without its parents and rebased after, so a whiteout applied as a plain
 // deletion (of nothing) instead of an overlay whiteout would bring deleted
-// files back. Parallel unpack is opt-in: the operator asks for it with
-// max_concurrent_unpacks above 1 in the transfer plugin's table.
+// files back. max_concurrent_unpacks is set to 2 rather than left at its
+// default (one per CPU), so the test unpacks in parallel on any machine.
 func TestParallelUnpackWhiteouts(t *testing.T) {
 	// "image unpacked" is a debug line.
 	e := newEnv(t, envOptions{logLevel: "debug", transfer: "  max_concurrent_unpacks = 2"})
@@ -67,8 +68,9 @@ func TestUnpackKeepsImpliedDirectories(t *testing.T) {
 		transfer string
 		parallel bool
 	}{
-		{name: "sequential (default)"},
-		{name: "parallel", transfer: "  max_concurrent_unpacks = 2", parallel: true},
+		{name: "sequential", transfer: "  max_concurrent_unpacks = 1"},
+		// One per CPU: parallel wherever there is more than one.
+		{name: "default", parallel: runtime.NumCPU() > 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{logLevel: "debug", transfer: tc.transfer}) // "image unpacked" is a debug line

@@ -1,6 +1,8 @@
 package transfer
 
 import (
+	"runtime"
+
 	"github.com/containerd/platforms"
 
 	"github.com/containerd/containerd/v2/defaults"
@@ -14,9 +16,12 @@ type config struct {
 	MaxConcurrentUploadedLayers int  `toml:"max_concurrent_uploaded_layers"`
 	CheckPlatformSupported      bool `toml:"check_platform_supported"`
 	// Unset means the defaults; set but empty means no unpacking.
-	UnpackConfiguration  []unpackConfig `toml:"unpack_config,omitempty"`
-	RegistryConfigPath   string         `toml:"config_path"`
-	MaxConcurrentUnpacks int            `toml:"max_concurrent_unpacks"`
+	UnpackConfiguration []unpackConfig `toml:"unpack_config,omitempty"`
+	RegistryConfigPath  string         `toml:"config_path"`
+	// Above 1, the layers of an image are unpacked in parallel where the
+	// snapshotter can rebase, as upstream. Upstream's default is 1;
+	// Pullwise's is one per CPU (parallelUnpack).
+	MaxConcurrentUnpacks int `toml:"max_concurrent_unpacks"`
 	// Pullwise's own: inflate gzip layers ahead of the tar writer
 	// (transfer/gunzip). False leaves them to containerd, which also runs
 	// igzip or unpigz for them when either is on PATH.
@@ -36,7 +41,7 @@ func defaultConfig() *config {
 	return &config{
 		MaxConcurrentDownloads:      3,
 		MaxConcurrentUploadedLayers: 3,
-		MaxConcurrentUnpacks:        1,
+		MaxConcurrentUnpacks:        runtime.NumCPU(),
 		GzipReadAhead:               true,
 	}
 }
