@@ -127,6 +127,21 @@ func BenchmarkMixedImages(b *testing.B) {
 	})
 }
 
+// BenchmarkManyLayers: as BenchmarkDifferentImages, but every image has
+// 16 small layers (256 KiB each), so the work per layer that does not
+// depend on its bytes (snapshots prepared and committed, in parallel
+// unpack a rebase and a mount per layer, a request per blob) weighs more
+// than inflating and writing.
+func BenchmarkManyLayers(b *testing.B) {
+	benchBurst(b, "layers", func(int) registry.Image {
+		layers := make([]int64, 16)
+		for i := range layers {
+			layers[i] = 256 << 10
+		}
+		return registry.Image{Layers: layers, Compressible: true}
+	})
+}
+
 // benchBurst pulls 20 images, image(j) the j-th, concurrently on both
 // daemons, on both network profiles, and reports the ratios.
 func benchBurst(b *testing.B, name string, image func(j int) registry.Image) {
