@@ -130,6 +130,10 @@ func TestUnpackKeepsImpliedDirectories(t *testing.T) {
 			}
 
 			assertUnpacked(t, e, img.Config, chainID, tc.parallel)
+			// And the operator is told so at start, at info level.
+			if line := logLine(e.d.Log(), `msg="unpack configured"`); !slices.Contains(strings.Fields(line), fmt.Sprintf("parallel=%t", tc.parallel)) {
+				t.Errorf("containerd's start line does not say parallel=%t:\n%s", tc.parallel, line)
+			}
 		})
 	}
 }
@@ -242,9 +246,14 @@ func rootTree(t *testing.T, root string) map[string]string {
 // unpackedLine is containerd's debug line for the unpack of the image with
 // config cfg, or "" if it logged none.
 func unpackedLine(log string, cfg digest.Digest) string {
-	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, `msg="image unpacked"`) && strings.Contains(line, cfg.String()) {
-			return line
+	return logLine(log, `msg="image unpacked"`, cfg.String())
+}
+
+// logLine is the first line of log that holds every one of parts, or "".
+func logLine(log string, parts ...string) string {
+	for line := range strings.Lines(log) {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+			return strings.TrimSuffix(line, "\n")
 		}
 	}
 	return ""

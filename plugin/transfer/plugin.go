@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 
+	"github.com/containerd/log"
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
 	"github.com/prometheus/client_golang/prometheus"
@@ -124,6 +125,14 @@ func init() {
 			// Last, so a plugin that failed to load leaves gzip layers to
 			// containerd.
 			gunzip.Enable(c.GzipReadAhead)
+			// Pullwise's default differs from upstream's here, so say at
+			// start what a node does rather than leave it to debug lines.
+			log.G(ic.Context).WithFields(log.Fields{
+				"max_concurrent_downloads": c.MaxConcurrentDownloads,
+				"layers_at_once":           unpackLimit(c.MaxConcurrentUnpacks),
+				"parallel":                 parallel,
+				"gzip_read_ahead":          c.GzipReadAhead,
+			}).Info("unpack configured")
 			return ts, nil
 		},
 	})
