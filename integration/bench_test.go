@@ -186,8 +186,9 @@ func benchBurst(b *testing.B, name string, image func(j int) registry.Image) {
 					}
 					cpu0, own0 := e.d.CPUTime(b), ownCPU(b)
 					d := pullAll(b, e, refs)
-					daemonCPU[name] += e.d.CPUTime(b) - cpu0
-					cpu[name] += e.d.CPUTime(b) - cpu0 + ownCPU(b) - own0
+					used := e.d.CPUTime(b) - cpu0
+					daemonCPU[name] += used
+					cpu[name] += used + ownCPU(b) - own0
 					profiled.Wait()
 					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
 						b.Logf("%s completions: %v", name, d)

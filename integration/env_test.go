@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -237,3 +238,14 @@ func (e *env) restartWith(t testing.TB, opts envOptions) {
 
 // code is the gRPC code name of err.
 func code(err error) string { return status.Code(err).String() }
+
+// logLine is the first line of containerd's log that holds every one of
+// parts, or "".
+func logLine(log string, parts ...string) string {
+	for line := range strings.Lines(log) {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+			return strings.TrimSuffix(line, "\n")
+		}
+	}
+	return ""
+}

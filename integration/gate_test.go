@@ -488,12 +488,8 @@ func peakOverlap(reqs []registry.Request) int {
 
 // timelineHas reports whether the "image pull timeline" line of ref has s.
 func timelineHas(log, ref, s string) bool {
-	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, "image pull timeline") && strings.Contains(line, `image="`+ref+`"`) {
-			return strings.Contains(line, s)
-		}
-	}
-	return false
+	line := logLine(log, "image pull timeline", `image="`+ref+`"`)
+	return line != "" && strings.Contains(line, s)
 }
 
 // TestSmallPullOvertakesLarge: with one download place, a small image

@@ -249,16 +249,6 @@ func unpackedLine(log string, cfg digest.Digest) string {
 	return logLine(log, `msg="image unpacked"`, cfg.String())
 }
 
-// logLine is the first line of log that holds every one of parts, or "".
-func logLine(log string, parts ...string) string {
-	for line := range strings.Lines(log) {
-		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
-			return strings.TrimSuffix(line, "\n")
-		}
-	}
-	return ""
-}
-
 // TestGzipReadAhead pulls through CRI an image of two gzip layers with an
 // igzip on containerd's PATH that logs each call, and checks the unpacked
 // files both ways of the transfer key gzip_read_ahead: on (the default),

@@ -78,7 +78,8 @@ func init() {
 			// Layers are applied through Pullwise's lane, oldest pull first.
 			// containerd's unpack limiter is on only for parallel unpack
 			// (parallelUnpack), and never binds.
-			unpacks := lane.New(unpackLimit(c.MaxConcurrentUnpacks))
+			layersAtOnce := unpackLimit(c.MaxConcurrentUnpacks)
+			unpacks := lane.New(layersAtOnce)
 			parallel := parallelUnpack(c.MaxConcurrentUnpacks, ups)
 			dirs := implied.NewDirs()
 			for i := range ups {
@@ -129,7 +130,7 @@ func init() {
 			// start what a node does rather than leave it to debug lines.
 			log.G(ic.Context).WithFields(log.Fields{
 				"max_concurrent_downloads": c.MaxConcurrentDownloads,
-				"layers_at_once":           unpackLimit(c.MaxConcurrentUnpacks),
+				"layers_at_once":           layersAtOnce,
 				"parallel":                 parallel,
 				"gzip_read_ahead":          c.GzipReadAhead,
 			}).Info("unpack configured")

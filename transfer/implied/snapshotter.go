@@ -3,7 +3,6 @@ package implied
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -78,9 +77,7 @@ func (s Snapshotter) inherit(ctx context.Context, key, parent string) error {
 	}
 	// A view is how a snapshotter tells where a committed snapshot's
 	// layers are; it is removed at once.
-	var b [8]byte
-	rand.Read(b[:])
-	view := "pullwise-implied-" + hex.EncodeToString(b[:]) + "-" + parent
+	view := "pullwise-implied-" + rand.Text() + "-" + parent
 	lowerMounts, err := s.Snapshotter.View(ctx, view, parent)
 	if err != nil {
 		return err
