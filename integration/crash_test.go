@@ -209,8 +209,8 @@ func TestCrashWhilePullsAreQueued(t *testing.T) {
 	}
 	for i := 1; i < len(imgs); i++ {
 		repo := fmt.Sprintf("crash/queued%d", i)
-		if n := e.upstream.Count(func(r registry.Request) bool { return r.Repo == repo }); n != 0 {
-			t.Fatalf("queued %s reached the registry (%d requests) before the crash", repo, n)
+		if n := e.upstream.Count(blobsOf(repo)); n != 0 {
+			t.Fatalf("queued %s fetched %d blobs before the crash", repo, n)
 		}
 	}
 	e.upstream.SetFault(nil)

@@ -45,13 +45,14 @@ func sandbox(name string) *criapi.PodSandboxConfig {
 	return &criapi.PodSandboxConfig{Metadata: &criapi.PodSandboxMetadata{Name: name, Namespace: "default", Uid: "uid-" + name}}
 }
 
-// firstSeen returns the repositories in the order the registry first saw a
-// request for each.
-func firstSeen(r *registry.Registry) []string {
+// firstBlob returns the repositories in the order the registry first saw
+// a blob request for each: the order pulls had their slots, since a pull
+// waiting for one asks only for its manifests.
+func firstBlob(r *registry.Registry) []string {
 	var order []string
 	seen := map[string]bool{}
 	for _, req := range r.Requests() {
-		if req.Repo != "" && !seen[req.Repo] {
+		if req.Kind == registry.KindBlob && !seen[req.Repo] {
 			seen[req.Repo] = true
 			order = append(order, req.Repo)
 		}
@@ -90,8 +91,10 @@ func TestGateHoldsLimitNodeWide(t *testing.T) {
 	if err := e.upstream.WaitIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if peak := e.upstream.PeakRepos(); peak != 3 {
-		t.Fatalf("%d images had requests in flight at once, want exactly the limit 3", peak)
+	// Pulls waiting for a slot ask for their manifests; only a pull
+	// with a slot fetches blobs.
+	if peak := peakBlobRepos(e.upstream.Requests()); peak != 3 {
+		t.Fatalf("%d images had blob requests in flight at once, want exactly the limit 3", peak)
 	}
 	if got := e.metric(pulledSample); got != n {
 		t.Fatalf("%s = %v, want %d", pulledSample, got, n)
@@ -137,7 +140,7 @@ func TestGateQueueIsFIFO(t *testing.T) {
 	for i := range n {
 		want = append(want, fmt.Sprintf("fifo/img%d", i))
 	}
-	if got := firstSeen(e.upstream); strings.Join(got, " ") != strings.Join(want, " ") {
+	if got := firstBlob(e.upstream); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("registry saw images in order %v, want FIFO %v", got, want)
 	}
 }
@@ -161,8 +164,8 @@ func TestGateQueueTimeout(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	if e.upstream.Count(func(r registry.Request) bool { return r.Repo == "timeout/queued" }) != 0 {
-		t.Fatal("timed-out pull reached the registry")
+	if e.upstream.Count(blobsOf("timeout/queued")) != 0 {
+		t.Fatal("timed-out pull fetched blobs")
 	}
 	if got := e.metric(`pullwise_pulls_total{outcome="timed_out"}`); got != 1 {
 		t.Fatalf("timed_out = %v", got)
@@ -486,6 +489,44 @@ func peakOverlap(reqs []registry.Request) int {
 	return peak
 }
 
+// blobsOf matches the blob requests of repo. A pull waiting for a slot
+// asks for its manifests, to learn its size while it waits; it asks for no
+// blob before it has a slot.
+func blobsOf(repo string) func(registry.Request) bool {
+	return func(r registry.Request) bool { return r.Repo == repo && r.Kind == registry.KindBlob }
+}
+
+// peakBlobRepos is the largest number of repositories that had a blob
+// request in flight at one instant.
+func peakBlobRepos(reqs []registry.Request) int {
+	type edge struct {
+		at    time.Time
+		repo  string
+		delta int
+	}
+	var edges []edge
+	for _, r := range reqs {
+		if r.Kind == registry.KindBlob {
+			edges = append(edges, edge{r.Start, r.Repo, 1}, edge{r.End, r.Repo, -1})
+		}
+	}
+	// At the same instant an end comes before a start.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	inFlight, peak := map[string]int{}, 0
+	for _, e := range edges {
+		if inFlight[e.repo] += e.delta; inFlight[e.repo] == 0 {
+			delete(inFlight, e.repo)
+		}
+		peak = max(peak, len(inFlight))
+	}
+	return peak
+}
+
 // timelineHas reports whether the "image pull timeline" line of ref has s.
 func timelineHas(log, ref, s string) bool {
 	line := logLine(log, "image pull timeline", `image="`+ref+`"`)
@@ -530,5 +571,64 @@ func TestSmallPullOvertakesLarge(t *testing.T) {
 	want := []string{"order/large", "order/small", "order/large", "order/large"}
 	if !slices.Equal(order, want) {
 		t.Fatalf("layer downloads by repository %v, want %v: the small image's layer next after the one on the wire", order, want)
+	}
+}
+
+// TestGateServesSmallPullFirst: pulls waiting for a slot learn their size
+// while they wait, from their manifests, and a small image asked for just
+// after a large one gets the slot first, since it would be done long
+// before (lane.Ticket). Once they run, neither asks the registry for its
+// manifests again.
+func TestGateServesSmallPullFirst(t *testing.T) {
+	e := newEnv(t, envOptions{extraConfig: gateConfig(1, "0s")})
+	held := e.push("gatesize/held", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 640})
+	// 48 MiB that do not compress: the small pull overtakes the large one
+	// if it is asked for less than about 0.48 s after it.
+	large := e.push("gatesize/large", "v1", registry.Image{Layers: []int64{16 << 20, 16 << 20, 16 << 20}, Seed: 641})
+	small := e.push("gatesize/small", "v1", registry.Image{Layers: []int64{64 << 10}, Seed: 642})
+	release := e.upstream.HoldBlobs(t, func(repo string) bool { return repo == "gatesize/held" })
+
+	ctx := context.Background()
+	errs := make(chan error, 3)
+	pull := func(ref string) {
+		go func() { _, err := e.images.PullImage(ctx, criImage(ref), nil, nil); errs <- err }()
+	}
+	pull(held.Ref)
+	eventually(t, 10*time.Second, "the held pull holding the slot", func() bool { return e.pullsIn("pulling") == 1 })
+	pull(large.Ref)
+	eventually(t, 10*time.Second, "the large pull waiting", func() bool { return e.pullsIn("waiting") == 1 })
+	pull(small.Ref)
+	eventually(t, 10*time.Second, "the small pull waiting", func() bool { return e.pullsIn("waiting") == 2 })
+	var waitedMs []int64 // oldest first
+	for _, p := range e.listPulls() {
+		if p.GetState() == "waiting" {
+			waitedMs = append(waitedMs, p.GetWaitedMs())
+		}
+	}
+	manifests := func(repo, method string) int {
+		return e.upstream.Count(func(r registry.Request) bool {
+			return r.Repo == repo && r.Kind == registry.KindManifest && r.Method == method
+		})
+	}
+	eventually(t, 10*time.Second, "both waiting pulls' manifests fetched", func() bool {
+		return manifests("gatesize/large", "GET") == 1 && manifests("gatesize/small", "GET") == 1
+	})
+	release()
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.upstream.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"gatesize/held", "gatesize/small", "gatesize/large"}
+	if got := firstBlob(e.upstream); !slices.Equal(got, want) {
+		t.Fatalf("slots went to %v, want %v (the waiting pulls were asked for %d ms apart)", got, want, waitedMs[0]-waitedMs[1])
+	}
+	for _, repo := range want[1:] {
+		if h, g := manifests(repo, "HEAD"), manifests(repo, "GET"); h != 1 || g != 1 {
+			t.Errorf("%s: %d manifest HEADs and %d GETs, want 1 and 1", repo, h, g)
+		}
 	}
 }

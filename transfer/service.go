@@ -187,8 +187,21 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		src = resolved{ImageFetcher: src, name: ref, desc: *desc}
 	}
 
-	release, waited, err := cfg.Gate.Acquire(ctx, cfg.bypass[imageref.Normalize(ref)])
+	// The ticket places the pull in the gate's line and in the lanes
+	// (lane.Ticket): by when it was asked for and, once known, its size.
+	ticket := lane.NewTicket(p.queued)
+	bypass := cfg.bypass[imageref.Normalize(ref)]
+	var pf *prefetch
+	if rec != nil && onePlatform(dst) && !bypass && cfg.Gate.Full() {
+		pf = s.startPrefetch(ctx, rec, dst, desc, ticket)
+	}
+	release, waited, err := cfg.Gate.Acquire(lane.WithTicket(ctx, ticket), bypass)
 	s.metrics.waitTime.Observe(waited.Seconds())
+	if pf != nil {
+		if d, ok := pf.wait(ctx, err != nil); ok && desc == nil {
+			src = resolved{ImageFetcher: src, name: ref, desc: d}
+		}
+	}
 	if err != nil {
 		if errors.Is(err, errdefs.ErrResourceExhausted) {
 			outcome = OutcomeTimedOut
@@ -205,7 +218,6 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		}
 	}()
 
-	ticket := lane.NewTicket(p.queued)
 	tap := func(ev transfer.Progress) {
 		s.pulls.observe(p, ev)
 		s.hub.Update(key, ev)

@@ -1,7 +1,10 @@
 // Package gate limits how many image pulls run at once on a node. Pulls
-// beyond the limit wait in FIFO order for a slot, the way kubelet's parallel
-// puller hands out tokens, but node-wide: CRI, ctr and the Pullwise API all
-// share one gate.
+// beyond the limit wait for a slot, the way kubelet's parallel puller
+// hands out tokens, but node-wide: CRI, ctr and the Pullwise API all share
+// one gate. They are served in the order of their lane.Ticket: the order
+// they were asked in, except that a pull whose size is known while it
+// waits moves to when it would be done, so a sidecar's small image need not
+// wait behind an application's large one asked for just before it.
 package gate
 
 import (
@@ -12,6 +15,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // Gate hands out pull slots. The zero value is not usable; use New.
@@ -21,11 +26,21 @@ type Gate struct {
 
 	mu      sync.Mutex
 	running int
-	waiting *list.List // of *waiter, oldest first
+	waiting *list.List // of *waiter, in arrival order
 }
 
 type waiter struct {
-	ready chan struct{} // closed when the waiter is granted a slot
+	ready  chan struct{} // closed when the waiter is granted a slot
+	ticket *lane.Ticket  // nil: placed at arrival
+	at     time.Time     // arrival
+}
+
+// place is where w stands in line now.
+func (w *waiter) place() time.Time {
+	if w.ticket == nil {
+		return w.at
+	}
+	return w.ticket.Place()
 }
 
 // New returns a gate with limit slots (0 is unlimited) whose waiters give up
@@ -37,7 +52,9 @@ func New(limit int, timeout time.Duration) *Gate {
 // Limit is the configured number of slots; 0 is unlimited.
 func (g *Gate) Limit() int { return g.limit }
 
-// Acquire takes a slot, waiting in FIFO order when none is free. It returns
+// Acquire takes a slot, waiting when none is free, in the order of the
+// tickets of ctx (lane.WithTicket; without one, a pull is placed when it
+// arrives) and, between equal places, of arrival. It returns
 // the release func, which must be called exactly once, and how long it
 // waited. A caller whose context ends while waiting leaves the queue and gets
 // ctx.Err(); one that waits longer than the queue timeout gets an error
@@ -51,11 +68,11 @@ func (g *Gate) Acquire(ctx context.Context, bypass bool) (release func(), waited
 		g.mu.Unlock()
 		return g.releaseOnce(), 0, nil
 	}
-	w := &waiter{ready: make(chan struct{})}
+	start := time.Now()
+	w := &waiter{ready: make(chan struct{}), ticket: lane.TicketOf(ctx), at: start}
 	elem := g.waiting.PushBack(w)
 	g.mu.Unlock()
 
-	start := time.Now()
 	var expired <-chan time.Time
 	if g.timeout > 0 {
 		t := time.NewTimer(g.timeout)
@@ -96,15 +113,32 @@ func (g *Gate) releaseOnce() func() {
 	}
 }
 
-// handOff gives a freed slot to the oldest waiter, or returns it to the
-// pool. g.mu must be held.
+// handOff gives a freed slot to the first waiter in line, or returns it
+// to the pool. g.mu must be held.
+//
+// The line is scanned, not kept in a heap: a waiter's place moves when its
+// pull learns its size, and the queue is as long as the pulls a node has
+// waiting, tens, at most hundreds.
 func (g *Gate) handOff() {
-	if front := g.waiting.Front(); front != nil && (g.limit == 0 || g.running <= g.limit) {
-		g.waiting.Remove(front)
-		close(front.Value.(*waiter).ready)
+	if g.waiting.Len() > 0 && (g.limit == 0 || g.running <= g.limit) {
+		first := g.waiting.Front()
+		for e, at := first.Next(), first.Value.(*waiter).place(); e != nil; e = e.Next() {
+			if p := e.Value.(*waiter).place(); p.Before(at) {
+				first, at = e, p
+			}
+		}
+		g.waiting.Remove(first)
+		close(first.Value.(*waiter).ready)
 		return
 	}
 	g.running--
+}
+
+// Full reports whether a pull asking now would wait for a slot.
+func (g *Gate) Full() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.limit > 0 && (g.running >= g.limit || g.waiting.Len() > 0)
 }
 
 // Running and Waiting report the gate's state for metrics.

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // waitFor polls a condition the test cannot be told about directly, such
@@ -106,31 +109,104 @@ func TestLimitHeld(t *testing.T) {
 	}
 }
 
-// TestStrictFIFO grants one slot at a time, so the grant order is exactly
-// observable.
-func TestStrictFIFO(t *testing.T) {
-	g := New(1, 0)
-	release := mustAcquire(t, g)
-	granted := make(chan int, 10)
-	releases := make(chan func(), 10)
-	for i := range 10 {
-		go func() {
-			r, _, err := g.Acquire(context.Background(), false)
-			if err != nil {
-				t.Error(err)
-				return
+// waiting is a pull queued in TestTicketOrder.
+type waiting struct {
+	asked time.Duration // after the test's base time; -1: no ticket
+	size  int64         // bytes, learned once queued; -1: never
+}
+
+func noTickets(n int) []waiting {
+	w := make([]waiting, n)
+	for i := range w {
+		w[i] = waiting{-1, -1}
+	}
+	return w
+}
+
+// TestTicketOrder grants one slot at a time, so the grant order is exactly
+// observable: waiters are served by their tickets' places, which move when
+// a pull learns its size while it waits; equal places, and waiters without
+// a ticket, keep arrival order.
+func TestTicketOrder(t *testing.T) {
+	base := time.Unix(1000, 0)
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name    string
+		waiters []waiting
+		want    []int
+	}{
+		{"no tickets: arrival order", noTickets(10), []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+		{"no sizes: as asked",
+			[]waiting{{0, -1}, {10 * time.Millisecond, -1}, {20 * time.Millisecond, -1}}, []int{0, 1, 2}},
+		{"equal sizes: as asked",
+			[]waiting{{0, 4 * mib}, {10 * time.Millisecond, 4 * mib}, {20 * time.Millisecond, 4 * mib}}, []int{0, 1, 2}},
+		{"a small pull overtakes a large one asked just before",
+			[]waiting{{0, 100 * mib}, {10 * time.Millisecond, mib}, {20 * time.Millisecond, -1}}, []int{1, 2, 0}},
+		{"no pull is overtaken by one asked later than the difference allows",
+			[]waiting{{0, 10 * mib}, {200 * time.Millisecond, 0}}, []int{0, 1}},
+		{"one already on the node goes first",
+			[]waiting{{0, 4 * mib}, {time.Millisecond, 0}}, []int{1, 0}},
+		{"without a ticket: placed at arrival, behind every ticket asked before",
+			[]waiting{{-1, -1}, {0, -1}}, []int{1, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := New(1, 0)
+			release := mustAcquire(t, g)
+			granted := make(chan int, len(tc.waiters))
+			releases := make(chan func(), len(tc.waiters))
+			var tickets []*lane.Ticket
+			for i, w := range tc.waiters {
+				ctx := context.Background()
+				var tk *lane.Ticket
+				if w.asked >= 0 {
+					tk = lane.NewTicket(base.Add(w.asked))
+					ctx = lane.WithTicket(ctx, tk)
+				}
+				tickets = append(tickets, tk)
+				go func() {
+					r, _, err := g.Acquire(ctx, false)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					granted <- i
+					releases <- r
+				}()
+				waitFor(t, "waiter to queue", func() bool { return g.Waiting() == i+1 })
 			}
-			granted <- i
-			releases <- r
-		}()
-		waitFor(t, "waiter to queue", func() bool { return g.Waiting() == i+1 })
+			for i, w := range tc.waiters {
+				if w.size >= 0 {
+					tickets[i].Size(w.size)
+				}
+			}
+			release()
+			var got []int
+			for range tc.waiters {
+				got = append(got, <-granted)
+				(<-releases)()
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("served %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFull(t *testing.T) {
+	if New(0, 0).Full() {
+		t.Fatal("an unlimited gate is full")
+	}
+	g := New(1, 0)
+	if g.Full() {
+		t.Fatal("full before any pull")
+	}
+	release := mustAcquire(t, g)
+	if !g.Full() {
+		t.Fatal("not full with its one slot taken")
 	}
 	release()
-	for want := range 10 {
-		if got := <-granted; got != want {
-			t.Fatalf("slot %d went to waiter %d, want FIFO", want, got)
-		}
-		(<-releases)()
+	if g.Full() {
+		t.Fatal("full after the slot was given back")
 	}
 }
 

@@ -73,9 +73,19 @@ func WithTicket(ctx context.Context, t *Ticket) context.Context {
 	return context.WithValue(ctx, ticketKey{}, t)
 }
 
+// TicketOf returns the ticket WithTicket gave ctx, or nil.
+func TicketOf(ctx context.Context) *Ticket {
+	t, _ := ctx.Value(ticketKey{}).(*Ticket)
+	return t
+}
+
+// Place is where the pull stands in line now: when it was asked for,
+// moved by its size once known.
+func (t *Ticket) Place() time.Time { return time.Unix(0, t.place.Load()) }
+
 func ticketFrom(ctx context.Context) time.Time {
-	if t, ok := ctx.Value(ticketKey{}).(*Ticket); ok {
-		return time.Unix(0, t.place.Load())
+	if t := TicketOf(ctx); t != nil {
+		return t.Place()
 	}
 	return time.Now()
 }

@@ -2,7 +2,6 @@ package source
 
 import (
 	"bytes"
-	"encoding/json"
 	"sync"
 
 	"github.com/opencontainers/go-digest"
@@ -50,26 +49,21 @@ func (r *Recorder) fetchWatch() *fetchWatch {
 // platform's image manifest follows it. For an image manifest it returns
 // the bytes of its blobs not yet on the node, and true.
 func (w *fetchWatch) manifestBody(b []byte) (int64, bool) {
-	var m struct {
-		Config *ocispec.Descriptor  `json:"config"`
-		Layers []ocispec.Descriptor `json:"layers"`
-	}
-	if w == nil || json.Unmarshal(b, &m) != nil || m.Config == nil {
+	if w == nil {
 		return 0, false
 	}
-	var missing int64
-	for _, d := range m.Layers {
-		if !w.present(d.Digest) {
-			missing += d.Size
-		}
+	config, layers, ok := imageManifest(b)
+	if !ok {
+		return 0, false
 	}
+	missing := missingBytes(layers, w.present)
 	w.mu.Lock()
 	w.manifest = true
 	if w.configs == nil {
 		w.configs = map[digest.Digest]bool{}
 	}
-	w.configs[m.Config.Digest] = true
-	for _, d := range append([]ocispec.Descriptor{*m.Config}, m.Layers...) {
+	w.configs[config.Digest] = true
+	for _, d := range append([]ocispec.Descriptor{config}, layers...) {
 		w.expected[d.Digest] = d.Size
 	}
 	w.mu.Unlock()

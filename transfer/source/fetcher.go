@@ -47,6 +47,9 @@ type Fetcher struct {
 	rec       *Recorder
 	creds     *Pipe      // nil without credentials
 	downloads *lane.Lane // nil: containerd's download limiter applies
+
+	mu         sync.Mutex
+	prefetched map[digest.Digest][]byte // manifests Prefetch fetched, not yet served
 }
 
 // New rebuilds src as a recording Fetcher. nodeHosts is the node's way to
@@ -242,7 +245,16 @@ func (f *Fetcher) Resolve(ctx context.Context) (string, ocispec.Descriptor, erro
 
 // Fetcher implements transfer.ImageFetcher.
 func (f *Fetcher) Fetcher(ctx context.Context, ref string) (transfer.Fetcher, error) {
-	return f.resolver.Fetcher(ctx, ref)
+	next, err := f.resolver.Fetcher(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.prefetched) == 0 {
+		return next, nil
+	}
+	return prefetchedFetcher{Fetcher: next, f: f}, nil
 }
 
 // SetResolverOptions implements transfer.ImageResolverOptionSetter.

@@ -52,6 +52,14 @@ func (r *Recorder) sized(n int64) {
 	}
 }
 
+// manifestBody tells a watched pull the body of a manifest it fetched;
+// an image manifest's layers are what it has left to fetch.
+func (r *Recorder) manifestBody(b []byte) {
+	if n, ok := r.fetchWatch().manifestBody(b); ok {
+		r.sized(n)
+	}
+}
+
 // OnBlobBytes calls fn with the blob digest and byte count of every chunk
 // read from a registry from now on. fn runs on the fetching goroutine: it
 // must be quick and must not block.

@@ -143,14 +143,10 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch kind {
 	case "manifests":
 		t.rec.manifest(first.URL.Host, repo, ref)
-		if fw := t.rec.fetchWatch(); fw != nil && req.Method == http.MethodGet {
+		if t.rec.fetchWatch() != nil && req.Method == http.MethodGet {
 			tee := &manifestTee{}
 			body.tee = tee.add
-			body.eof = func() {
-				if n, ok := fw.manifestBody(tee.buf.Bytes()); ok {
-					t.rec.sized(n)
-				}
-			}
+			body.eof = func() { t.rec.manifestBody(tee.buf.Bytes()) }
 		}
 	case "blobs":
 		if req.Method == http.MethodGet {

@@ -1,0 +1,173 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/transfer"
+	"github.com/containerd/platforms"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// maxPrefetched bounds each manifest a waiting pull keeps in memory. Image
+// manifests and indexes are a few KiB; a pull whose are larger waits
+// without a size, in the order it was asked.
+const maxPrefetched = 1 << 20
+
+// Prefetch resolves the pull's reference, unless desc already is its
+// descriptor, and fetches the image manifest it would unpack, choosing
+// from an index with platform. It is for a pull waiting for a slot: its
+// size is then known while it waits, and once it runs, containerd gets
+// those manifests from memory (Fetcher serves each once) instead of
+// asking the registry again. It returns the reference's descriptor and
+// the bytes of the image's layers that present says are not on the node.
+func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platform platforms.MatchComparer, present func(digest.Digest) bool) (ocispec.Descriptor, int64, error) {
+	if desc.Digest == "" {
+		var err error
+		if _, desc, err = f.Resolve(ctx); err != nil {
+			return desc, 0, fmt.Errorf("resolve %s: %w", f.ref, err)
+		}
+	}
+	fetcher, err := f.resolver.Fetcher(ctx, f.ref)
+	if err != nil {
+		return desc, 0, fmt.Errorf("fetcher for %s: %w", f.ref, err)
+	}
+	m := desc
+	body, err := fetchSmall(ctx, fetcher, m)
+	if err != nil {
+		return desc, 0, err
+	}
+	fetched := map[digest.Digest][]byte{m.Digest: body}
+	if images.IsIndexType(m.MediaType) {
+		if m, err = pick(body, platform); err != nil {
+			return desc, 0, fmt.Errorf("index %s of %s: %w", desc.Digest, f.ref, err)
+		}
+		if body, err = fetchSmall(ctx, fetcher, m); err != nil {
+			return desc, 0, err
+		}
+		fetched[m.Digest] = body
+	}
+	_, layers, ok := imageManifest(body)
+	if !ok {
+		return desc, 0, fmt.Errorf("manifest %s of %s: not an image manifest", m.Digest, f.ref)
+	}
+	f.mu.Lock()
+	f.prefetched = fetched
+	f.mu.Unlock()
+	return desc, missingBytes(layers, present), nil
+}
+
+// fetchSmall reads the manifest or index d, if it is at most maxPrefetched
+// bytes and its digest is right: what containerd gets from memory must be
+// what it would have checked on the wire.
+func fetchSmall(ctx context.Context, fetcher transfer.Fetcher, d ocispec.Descriptor) ([]byte, error) {
+	if d.Size > maxPrefetched {
+		return nil, fmt.Errorf("manifest %s: %d bytes, more than a waiting pull keeps", d.Digest, d.Size)
+	}
+	rc, err := fetcher.Fetch(ctx, d)
+	if err != nil {
+		return nil, fmt.Errorf("fetch manifest %s: %w", d.Digest, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxPrefetched+1))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest %s: %w", d.Digest, err)
+	}
+	if int64(len(b)) != d.Size || digest.FromBytes(b) != d.Digest {
+		return nil, fmt.Errorf("manifest %s: the registry's bytes do not match", d.Digest)
+	}
+	return b, nil
+}
+
+// pick chooses from an index the manifest of platform, as containerd's
+// image store would: the best match, where those without a platform match
+// any. A wrong pick costs only a request: containerd then fetches the one it
+// wants from the registry.
+func pick(index []byte, platform platforms.MatchComparer) (ocispec.Descriptor, error) {
+	var idx ocispec.Index
+	if err := json.Unmarshal(index, &idx); err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	var match []ocispec.Descriptor
+	for _, d := range idx.Manifests {
+		if images.IsManifestType(d.MediaType) && (d.Platform == nil || platform.Match(*d.Platform)) {
+			match = append(match, d)
+		}
+	}
+	if len(match) == 0 {
+		return ocispec.Descriptor{}, fmt.Errorf("no manifest for the platform")
+	}
+	// Those without a platform last, as containerd's LimitManifests has
+	// them.
+	slices.SortStableFunc(match, func(a, b ocispec.Descriptor) int {
+		switch {
+		case a.Platform == nil && b.Platform == nil:
+			return 0
+		case a.Platform == nil:
+			return 1
+		case b.Platform == nil:
+			return -1
+		case platform.Less(*a.Platform, *b.Platform):
+			return -1
+		case platform.Less(*b.Platform, *a.Platform):
+			return 1
+		}
+		return 0
+	})
+	return match[0], nil
+}
+
+// imageManifest parses an image manifest's config and layers; ok is false
+// for anything else, an index among them.
+func imageManifest(b []byte) (config ocispec.Descriptor, layers []ocispec.Descriptor, ok bool) {
+	var m struct {
+		Config *ocispec.Descriptor  `json:"config"`
+		Layers []ocispec.Descriptor `json:"layers"`
+	}
+	if json.Unmarshal(b, &m) != nil || m.Config == nil {
+		return ocispec.Descriptor{}, nil, false
+	}
+	return *m.Config, m.Layers, true
+}
+
+// missingBytes adds up the layers not on the node.
+func missingBytes(layers []ocispec.Descriptor, present func(digest.Digest) bool) int64 {
+	var n int64
+	for _, d := range layers {
+		if !present(d.Digest) {
+			n += d.Size
+		}
+	}
+	return n
+}
+
+// take hands out a prefetched manifest once, and forgets it.
+func (f *Fetcher) take(d digest.Digest) ([]byte, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.prefetched[d]
+	delete(f.prefetched, d)
+	return b, ok
+}
+
+// prefetchedFetcher serves the manifests Prefetch fetched, once each, and
+// leaves the rest to the registry. A watched pull learns them as it would
+// from the wire.
+type prefetchedFetcher struct {
+	transfer.Fetcher
+	f *Fetcher
+}
+
+func (p prefetchedFetcher) Fetch(ctx context.Context, d ocispec.Descriptor) (io.ReadCloser, error) {
+	if b, ok := p.f.take(d.Digest); ok {
+		p.f.rec.manifestBody(b)
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}
+	return p.Fetcher.Fetch(ctx, d)
+}
