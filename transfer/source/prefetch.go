@@ -6,10 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 
+	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/transfer"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -22,7 +23,9 @@ const maxPrefetched = 1 << 20
 
 // Prefetch resolves the pull's reference, unless desc already is its
 // descriptor, and fetches the image manifest it would unpack, choosing
-// from an index with platform. It is for a pull waiting for a slot: its
+// from an index with platform as containerd's images.Manifest does (should
+// the pull choose another, containerd fetches that one from the registry,
+// and the pull's size was only a guess). It is for a pull waiting for a slot: its
 // size is then known while it waits, and once it runs, containerd gets
 // those manifests from memory (Fetcher serves each once) instead of
 // asking the registry again. It returns the reference's descriptor and
@@ -38,30 +41,44 @@ func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platfor
 	if err != nil {
 		return desc, 0, fmt.Errorf("fetcher for %s: %w", f.ref, err)
 	}
-	m := desc
-	body, err := fetchSmall(ctx, fetcher, m)
+	p := &manifestProvider{fetcher: fetcher, got: map[digest.Digest][]byte{}}
+	m, err := images.Manifest(ctx, p, desc, platform)
 	if err != nil {
-		return desc, 0, err
-	}
-	fetched := map[digest.Digest][]byte{m.Digest: body}
-	if images.IsIndexType(m.MediaType) {
-		if m, err = pick(body, platform); err != nil {
-			return desc, 0, fmt.Errorf("index %s of %s: %w", desc.Digest, f.ref, err)
-		}
-		if body, err = fetchSmall(ctx, fetcher, m); err != nil {
-			return desc, 0, err
-		}
-		fetched[m.Digest] = body
-	}
-	_, layers, ok := imageManifest(body)
-	if !ok {
-		return desc, 0, fmt.Errorf("manifest %s of %s: not an image manifest", m.Digest, f.ref)
+		return desc, 0, fmt.Errorf("image manifest of %s: %w", f.ref, err)
 	}
 	f.mu.Lock()
-	f.prefetched = fetched
+	f.prefetched = p.got
 	f.mu.Unlock()
-	return desc, missingBytes(layers, present), nil
+	return desc, missingBytes(m.Layers, present), nil
 }
+
+// manifestProvider lets containerd's images.Manifest walk from a
+// reference's descriptor to the platform's image manifest over the
+// registry, and keeps what it read. It serves only manifests and indexes:
+// an index entry without a platform would have it read the image config
+// to learn its platform, which is a blob, for containerd to fetch and
+// count. Such a prefetch fails, and the pull fetches as usual.
+type manifestProvider struct {
+	fetcher transfer.Fetcher
+	got     map[digest.Digest][]byte
+}
+
+func (p *manifestProvider) ReaderAt(ctx context.Context, d ocispec.Descriptor) (content.ReaderAt, error) {
+	if !images.IsManifestType(d.MediaType) && !images.IsIndexType(d.MediaType) {
+		return nil, fmt.Errorf("%s %s: not a manifest: %w", d.MediaType, d.Digest, errdefs.ErrNotFound)
+	}
+	b, err := fetchSmall(ctx, p.fetcher, d)
+	if err != nil {
+		return nil, err
+	}
+	p.got[d.Digest] = b
+	return bytesReaderAt{bytes.NewReader(b)}, nil
+}
+
+// bytesReaderAt is a content.ReaderAt over bytes in memory.
+type bytesReaderAt struct{ *bytes.Reader }
+
+func (bytesReaderAt) Close() error { return nil }
 
 // fetchSmall reads the manifest or index d, if it is at most maxPrefetched
 // bytes and its digest is right: what containerd gets from memory must be
@@ -83,44 +100,6 @@ func fetchSmall(ctx context.Context, fetcher transfer.Fetcher, d ocispec.Descrip
 		return nil, fmt.Errorf("manifest %s: the registry's bytes do not match", d.Digest)
 	}
 	return b, nil
-}
-
-// pick chooses from an index the manifest of platform, as containerd's
-// image store would: the best match, where those without a platform match
-// any. A wrong pick costs only a request: containerd then fetches the one it
-// wants from the registry.
-func pick(index []byte, platform platforms.MatchComparer) (ocispec.Descriptor, error) {
-	var idx ocispec.Index
-	if err := json.Unmarshal(index, &idx); err != nil {
-		return ocispec.Descriptor{}, err
-	}
-	var match []ocispec.Descriptor
-	for _, d := range idx.Manifests {
-		if images.IsManifestType(d.MediaType) && (d.Platform == nil || platform.Match(*d.Platform)) {
-			match = append(match, d)
-		}
-	}
-	if len(match) == 0 {
-		return ocispec.Descriptor{}, fmt.Errorf("no manifest for the platform")
-	}
-	// Those without a platform last, as containerd's LimitManifests has
-	// them.
-	slices.SortStableFunc(match, func(a, b ocispec.Descriptor) int {
-		switch {
-		case a.Platform == nil && b.Platform == nil:
-			return 0
-		case a.Platform == nil:
-			return 1
-		case b.Platform == nil:
-			return -1
-		case platform.Less(*a.Platform, *b.Platform):
-			return -1
-		case platform.Less(*b.Platform, *a.Platform):
-			return 1
-		}
-		return 0
-	})
-	return match[0], nil
 }
 
 // imageManifest parses an image manifest's config and layers; ok is false

@@ -165,6 +165,13 @@ func TestPrefetch(t *testing.T) {
 			}
 			return h.tag, []digest.Digest{m.Layers[1].Digest}
 		}, false, 1000 + 1},
+		{"an index entry without a platform: its config is containerd's to fetch", func(t *testing.T, h *imageHost) (ocispec.Descriptor, []digest.Digest) {
+			m := h.image(t, "d", 1000)
+			idx := ocispec.Index{MediaType: ocispec.MediaTypeImageIndex, Manifests: []ocispec.Descriptor{m}}
+			idx.SchemaVersion = 2
+			h.tag = h.add(t, ocispec.MediaTypeImageIndex, idx)
+			return m, nil
+		}, false, -1},
 		{"bytes that do not match the digest are not kept", func(t *testing.T, h *imageHost) (ocispec.Descriptor, []digest.Digest) {
 			h.tag = h.image(t, "c", 1000)
 			return h.tag, nil
@@ -187,7 +194,7 @@ func TestPrefetch(t *testing.T) {
 			desc, size, err := f.Prefetch(ctx, ocispec.Descriptor{}, platforms.Only(amd64), isPresent)
 			if tc.size < 0 {
 				if err == nil {
-					t.Fatal("prefetch of corrupt manifests succeeded")
+					t.Fatal("prefetch succeeded")
 				}
 			} else if err != nil || size != tc.size {
 				t.Fatalf("Prefetch = %d, %v; want %d bytes", size, err, tc.size)
@@ -225,7 +232,7 @@ func TestPrefetch(t *testing.T) {
 			again := h.count("GET", "/manifests/") - before
 			if tc.size < 0 {
 				if again == 0 {
-					t.Fatal("manifests that failed their digest were served from memory")
+					t.Fatal("a failed prefetch's manifests were served from memory")
 				}
 				return
 			}
