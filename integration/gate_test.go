@@ -575,10 +575,10 @@ func TestSmallPullOvertakesLarge(t *testing.T) {
 }
 
 // TestGateServesSmallPullFirst: pulls waiting for a slot learn their size
-// while they wait, from their manifests, and a small image asked for just
-// after a large one gets the slot first, since it would be done long
-// before (lane.Ticket). Once they run, neither asks the registry for its
-// manifests again.
+// while they wait, from their manifests (ListPulls shows it), and a small
+// image asked for just after a large one gets the slot first, since it
+// would be done long before (lane.Ticket). Once they run, neither asks the
+// registry for its manifests again.
 func TestGateServesSmallPullFirst(t *testing.T) {
 	e := newEnv(t, envOptions{extraConfig: gateConfig(1, "0s")})
 	held := e.push("gatesize/held", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 640})
@@ -599,19 +599,18 @@ func TestGateServesSmallPullFirst(t *testing.T) {
 	eventually(t, 10*time.Second, "the large pull waiting", func() bool { return e.pullsIn("waiting") == 1 })
 	pull(small.Ref)
 	eventually(t, 10*time.Second, "the small pull waiting", func() bool { return e.pullsIn("waiting") == 2 })
+	// ListPulls shows a waiting pull's size once it has its manifest.
 	var waitedMs []int64 // oldest first
-	for _, p := range e.listPulls() {
-		if p.GetState() == "waiting" {
-			waitedMs = append(waitedMs, p.GetWaitedMs())
+	eventually(t, 10*time.Second, "both waiting pulls sized", func() bool {
+		waitedMs = nil
+		var sizes []int64
+		for _, p := range e.listPulls() {
+			if p.GetState() == "waiting" {
+				waitedMs = append(waitedMs, p.GetWaitedMs())
+				sizes = append(sizes, p.GetBytesTotal())
+			}
 		}
-	}
-	manifests := func(repo, method string) int {
-		return e.upstream.Count(func(r registry.Request) bool {
-			return r.Repo == repo && r.Kind == registry.KindManifest && r.Method == method
-		})
-	}
-	eventually(t, 10*time.Second, "both waiting pulls' manifests fetched", func() bool {
-		return manifests("gatesize/large", "GET") == 1 && manifests("gatesize/small", "GET") == 1
+		return slices.Equal(sizes, []int64{large.LayerBytes(), small.LayerBytes()})
 	})
 	release()
 	for range 3 {
@@ -625,6 +624,11 @@ func TestGateServesSmallPullFirst(t *testing.T) {
 	want := []string{"gatesize/held", "gatesize/small", "gatesize/large"}
 	if got := firstBlob(e.upstream); !slices.Equal(got, want) {
 		t.Fatalf("slots went to %v, want %v (the waiting pulls were asked for %d ms apart)", got, want, waitedMs[0]-waitedMs[1])
+	}
+	manifests := func(repo, method string) int {
+		return e.upstream.Count(func(r registry.Request) bool {
+			return r.Repo == repo && r.Kind == registry.KindManifest && r.Method == method
+		})
 	}
 	for _, repo := range want[1:] {
 		if h, g := manifests(repo, "HEAD"), manifests(repo, "GET"); h != 1 || g != 1 {

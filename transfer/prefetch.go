@@ -24,10 +24,11 @@ type prefetch struct {
 	err    error
 }
 
-// startPrefetch prefetches for the pull of rec into dst, which unpacks one
-// platform. resolved is the reference's descriptor when the fast path
-// resolved it already, else nil.
-func (s *Service) startPrefetch(ctx context.Context, rec *source.Fetcher, dst transfer.ImageStorer, resolved *ocispec.Descriptor, ticket *lane.Ticket) *prefetch {
+// startPrefetch prefetches for the pull p of rec into dst, which unpacks
+// one platform. resolved is the reference's descriptor when the fast path
+// resolved it already, else nil. The bytes the pull has to fetch go to
+// its ticket and to ListPulls.
+func (s *Service) startPrefetch(ctx context.Context, p *pull, rec *source.Fetcher, dst transfer.ImageStorer, resolved *ocispec.Descriptor, ticket *lane.Ticket) *prefetch {
 	ctx, cancel := context.WithCancel(ctx)
 	pf := &prefetch{cancel: cancel, done: make(chan struct{})}
 	var desc ocispec.Descriptor
@@ -41,6 +42,7 @@ func (s *Service) startPrefetch(ctx context.Context, rec *source.Fetcher, dst tr
 		pf.desc, missing, pf.err = rec.Prefetch(ctx, desc, platform, s.local.present(ctx))
 		if pf.err == nil {
 			ticket.Size(missing)
+			s.pulls.sized(p, missing)
 		}
 	}()
 	return pf

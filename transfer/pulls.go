@@ -44,6 +44,7 @@ type pull struct {
 	queued   time.Time
 	started  time.Time                    // zero while waiting
 	fetched  time.Time                    // zero until every blob is in
+	left     int64                        // bytes to fetch, learned while waiting; 0: not known
 	progress map[string]transfer.Progress // latest per descriptor
 
 	// First and last blob bytes read, in Unix nanoseconds, for the
@@ -100,6 +101,14 @@ func (t *tracker) start(p *pull) {
 	p.started = time.Now()
 }
 
+// sized notes the bytes a waiting pull has to fetch, known from its
+// prefetched manifest before containerd reports any progress.
+func (t *tracker) sized(p *pull, bytes int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p.left = bytes
+}
+
 func (t *tracker) fetched(p *pull) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -138,6 +147,9 @@ func (t *tracker) list(callers func(key string) int) []PullStatus {
 		for _, ev := range p.progress {
 			s.BytesDone += ev.Progress
 			s.BytesTotal += ev.Total
+		}
+		if s.State == StateWaiting {
+			s.BytesTotal = p.left
 		}
 		out = append(out, s)
 	}

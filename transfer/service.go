@@ -193,7 +193,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	bypass := cfg.bypass[imageref.Normalize(ref)]
 	var pf *prefetch
 	if rec != nil && onePlatform(dst) && !bypass && cfg.Gate.Full() {
-		pf = s.startPrefetch(ctx, rec, dst, desc, ticket)
+		pf = s.startPrefetch(ctx, p, rec, dst, desc, ticket)
 	}
 	release, waited, err := cfg.Gate.Acquire(lane.WithTicket(ctx, ticket), bypass)
 	s.metrics.waitTime.Observe(waited.Seconds())
