@@ -2,6 +2,7 @@ package source
 
 import (
 	"bytes"
+	"encoding/json"
 	"sync"
 
 	"github.com/opencontainers/go-digest"
@@ -69,6 +70,30 @@ func (w *fetchWatch) manifestBody(b []byte) (int64, bool) {
 	w.mu.Unlock()
 	w.check()
 	return missing, true
+}
+
+// imageManifest parses an image manifest's config and layers; ok is false
+// for anything else, an index among them.
+func imageManifest(b []byte) (config ocispec.Descriptor, layers []ocispec.Descriptor, ok bool) {
+	var m struct {
+		Config *ocispec.Descriptor  `json:"config"`
+		Layers []ocispec.Descriptor `json:"layers"`
+	}
+	if json.Unmarshal(b, &m) != nil || m.Config == nil {
+		return ocispec.Descriptor{}, nil, false
+	}
+	return *m.Config, m.Layers, true
+}
+
+// missingBytes adds up the layers not on the node.
+func missingBytes(layers []ocispec.Descriptor, present func(digest.Digest) bool) int64 {
+	var n int64
+	for _, d := range layers {
+		if !present(d.Digest) {
+			n += d.Size
+		}
+	}
+	return n
 }
 
 // isConfig reports whether d is the config of an image manifest the pull

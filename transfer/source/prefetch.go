@@ -3,7 +3,6 @@ package source
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -23,13 +22,14 @@ const maxPrefetched = 1 << 20
 
 // Prefetch resolves the pull's reference, unless desc already is its
 // descriptor, and fetches the image manifest it would unpack, choosing
-// from an index with platform as containerd's images.Manifest does (should
-// the pull choose another, containerd fetches that one from the registry,
-// and the pull's size was only a guess). It is for a pull waiting for a slot: its
-// size is then known while it waits, and once it runs, containerd gets
-// those manifests from memory (Fetcher serves each once) instead of
-// asking the registry again. It returns the reference's descriptor and
-// the bytes of the image's layers that present says are not on the node.
+// from an index with platform as containerd's images.Manifest does. It is
+// for a pull waiting for a slot: its size is then known while it waits,
+// and once it runs, containerd gets those manifests from memory (Fetcher
+// serves each once) instead of asking the registry again. Should the pull
+// choose another manifest, containerd fetches that one from the registry,
+// and the size was only a guess. It returns the reference's descriptor
+// and the bytes of the image's layers that present says are not on the
+// node.
 func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platform platforms.MatchComparer, present func(digest.Digest) bool) (ocispec.Descriptor, int64, error) {
 	if desc.Digest == "" {
 		var err error
@@ -100,30 +100,6 @@ func fetchSmall(ctx context.Context, fetcher transfer.Fetcher, d ocispec.Descrip
 		return nil, fmt.Errorf("manifest %s: the registry's bytes do not match", d.Digest)
 	}
 	return b, nil
-}
-
-// imageManifest parses an image manifest's config and layers; ok is false
-// for anything else, an index among them.
-func imageManifest(b []byte) (config ocispec.Descriptor, layers []ocispec.Descriptor, ok bool) {
-	var m struct {
-		Config *ocispec.Descriptor  `json:"config"`
-		Layers []ocispec.Descriptor `json:"layers"`
-	}
-	if json.Unmarshal(b, &m) != nil || m.Config == nil {
-		return ocispec.Descriptor{}, nil, false
-	}
-	return *m.Config, m.Layers, true
-}
-
-// missingBytes adds up the layers not on the node.
-func missingBytes(layers []ocispec.Descriptor, present func(digest.Digest) bool) int64 {
-	var n int64
-	for _, d := range layers {
-		if !present(d.Digest) {
-			n += d.Size
-		}
-	}
-	return n
 }
 
 // take hands out a prefetched manifest once, and forgets it.
