@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +94,8 @@ func TestGateHoldsLimitNodeWide(t *testing.T) {
 	}
 	// Pulls waiting for a slot ask for their manifests; only a pull
 	// with a slot fetches blobs.
-	if peak := peakBlobRepos(e.upstream.Requests()); peak != 3 {
+	blobs := slices.DeleteFunc(e.upstream.Requests(), func(r registry.Request) bool { return r.Kind != registry.KindBlob })
+	if peak := peakBy(blobs, func(_ int, r registry.Request) string { return r.Repo }); peak != 3 {
 		t.Fatalf("%d images had blob requests in flight at once, want exactly the limit 3", peak)
 	}
 	if got := e.metric(pulledSample); got != n {
@@ -446,7 +448,7 @@ func TestGateRedirectedBlobs(t *testing.T) {
 	}
 	// One place; a second request may go out in the last round trip of
 	// the body before it (docs/pull-gate.md).
-	if peak := peakOverlap(spans); peak > 2 {
+	if peak := peakBy(spans, func(i int, _ registry.Request) string { return strconv.Itoa(i) }); peak > 2 {
 		t.Errorf("%d layer downloads at the CDN at once with max_concurrent_downloads = 1, want at most 2", peak)
 	}
 
@@ -463,52 +465,18 @@ func TestGateRedirectedBlobs(t *testing.T) {
 	}
 }
 
-// peakOverlap is the largest number of requests whose [Start, End] spans
-// overlap at one instant.
-func peakOverlap(reqs []registry.Request) int {
+// peakBy is the largest number of distinct keys that had a request in
+// flight at one instant, key(i, r) being the key of the i-th request.
+func peakBy(reqs []registry.Request, key func(int, registry.Request) string) int {
 	type edge struct {
 		at    time.Time
+		key   string
 		delta int
 	}
 	var edges []edge
-	for _, r := range reqs {
-		edges = append(edges, edge{r.Start, 1}, edge{r.End, -1})
-	}
-	// At the same instant an end comes before a start.
-	slices.SortFunc(edges, func(a, b edge) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		return a.delta - b.delta
-	})
-	n, peak := 0, 0
-	for _, e := range edges {
-		n += e.delta
-		peak = max(peak, n)
-	}
-	return peak
-}
-
-// blobsOf matches the blob requests of repo. A pull waiting for a slot
-// asks for its manifests, to learn its size while it waits; it asks for no
-// blob before it has a slot.
-func blobsOf(repo string) func(registry.Request) bool {
-	return func(r registry.Request) bool { return r.Repo == repo && r.Kind == registry.KindBlob }
-}
-
-// peakBlobRepos is the largest number of repositories that had a blob
-// request in flight at one instant.
-func peakBlobRepos(reqs []registry.Request) int {
-	type edge struct {
-		at    time.Time
-		repo  string
-		delta int
-	}
-	var edges []edge
-	for _, r := range reqs {
-		if r.Kind == registry.KindBlob {
-			edges = append(edges, edge{r.Start, r.Repo, 1}, edge{r.End, r.Repo, -1})
-		}
+	for i, r := range reqs {
+		k := key(i, r)
+		edges = append(edges, edge{r.Start, k, 1}, edge{r.End, k, -1})
 	}
 	// At the same instant an end comes before a start.
 	slices.SortFunc(edges, func(a, b edge) int {
@@ -519,12 +487,19 @@ func peakBlobRepos(reqs []registry.Request) int {
 	})
 	inFlight, peak := map[string]int{}, 0
 	for _, e := range edges {
-		if inFlight[e.repo] += e.delta; inFlight[e.repo] == 0 {
-			delete(inFlight, e.repo)
+		if inFlight[e.key] += e.delta; inFlight[e.key] == 0 {
+			delete(inFlight, e.key)
 		}
 		peak = max(peak, len(inFlight))
 	}
 	return peak
+}
+
+// blobsOf matches the blob requests of repo. A pull waiting for a slot
+// asks for its manifests, to learn its size while it waits; it asks for no
+// blob before it has a slot.
+func blobsOf(repo string) func(registry.Request) bool {
+	return func(r registry.Request) bool { return r.Repo == repo && r.Kind == registry.KindBlob }
 }
 
 // timelineHas reports whether the "image pull timeline" line of ref has s.

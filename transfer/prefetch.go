@@ -20,7 +20,7 @@ import (
 type prefetch struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	desc   ocispec.Descriptor // valid once done, when err is nil
+	desc   ocispec.Descriptor // once done: the reference's, if resolved (even when err says the manifest was not fetched)
 	err    error
 }
 

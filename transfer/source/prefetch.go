@@ -92,7 +92,7 @@ func fetchSmall(ctx context.Context, fetcher transfer.Fetcher, d ocispec.Descrip
 		return nil, fmt.Errorf("fetch manifest %s: %w", d.Digest, err)
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxPrefetched+1))
+	b, err := io.ReadAll(io.LimitReader(rc, d.Size+1))
 	if err != nil {
 		return nil, fmt.Errorf("read manifest %s: %w", d.Digest, err)
 	}
