@@ -24,6 +24,8 @@ import (
 
 var benchLimit = envInt("PULLWISE_BENCH_LIMIT", 3) // max_parallel_image_pulls for Pullwise
 
+var profileFor = time.Duration(envInt("PULLWISE_BENCH_PROFILE_SECONDS", 2)) * time.Second
+
 type contenders struct {
 	stock, pullwise *env
 }
@@ -103,10 +105,13 @@ func (c contenders) each(i int, fn func(name string, e *env)) {
 //
 // The first pods should get their images early (median-ratio) without the
 // last one getting it later (makespan-ratio). PULLWISE_BENCH_VERBOSE=1 logs
-// every completion and Pullwise's per-pull timelines;
-// PULLWISE_BENCH_PROFILE=prefix writes a 2 s CPU profile of each
-// containerd from the start of each burst to
-// prefix.{stock,pullwise}.profile.iteration.
+// every completion; PULLWISE_BENCH_TIMELINES=file appends Pullwise's
+// per-pull timelines to file (go test keeps only ten lines of a
+// benchmark's log);
+// PULLWISE_BENCH_PROFILE=prefix writes a CPU profile of each containerd
+// from the start of each burst to prefix.{stock,pullwise}.profile.iteration:
+// PULLWISE_BENCH_PROFILE_SECONDS long (2 by default). To compare where the
+// two daemons spend a whole burst, make it longer than the slower burst.
 func BenchmarkDifferentImages(b *testing.B) {
 	benchBurst(b, "diff", func(int) registry.Image {
 		return registry.Image{Layers: []int64{4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20}, Compressible: true}
@@ -179,7 +184,7 @@ func benchBurst(b *testing.B, name string, image func(j int) registry.Image) {
 					if prefix := os.Getenv("PULLWISE_BENCH_PROFILE"); prefix != "" {
 						profiled.Go(func() {
 							file := fmt.Sprintf("%s.%s.%s.%d", prefix, name, profile, i)
-							if err := os.WriteFile(file, e.d.Profile(b, 2*time.Second), 0o644); err != nil {
+							if err := os.WriteFile(file, e.d.Profile(b, profileFor), 0o644); err != nil {
 								b.Error(err)
 							}
 						})
@@ -197,12 +202,8 @@ func benchBurst(b *testing.B, name string, image func(j int) registry.Image) {
 					span[name] += d[len(d)-1]
 				})
 			}
-			if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
-				for _, line := range strings.Split(c.pullwise.d.Log(), "\n") {
-					if strings.Contains(line, "image pull timeline") {
-						b.Log(line)
-					}
-				}
+			if path := os.Getenv("PULLWISE_BENCH_TIMELINES"); path != "" {
+				writeTimelines(b, path, c.pullwise.d.Log())
 			}
 			n := float64(b.N)
 			b.ReportMetric(med["stock"].Seconds()/n, "stock-median-s")
@@ -224,6 +225,22 @@ func benchBurst(b *testing.B, name string, image func(j int) registry.Image) {
 			share := smallestShare(pulls, pulls/2+1, image)
 			b.ReportMetric(share*cpu["pullwise"].Seconds()/float64(runtime.NumCPU())/med["stock"].Seconds(), "cpu-bound-median-ratio")
 		})
+	}
+}
+
+// writeTimelines appends the "image pull timeline" lines of a daemon's log
+// to path, under the benchmark's name.
+func writeTimelines(b *testing.B, path, daemonLog string) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "# %s\n", b.Name())
+	for _, line := range strings.Split(daemonLog, "\n") {
+		if strings.Contains(line, "image pull timeline") {
+			fmt.Fprintln(f, line)
+		}
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"sync"
 	"sync/atomic"
 
 	"github.com/containerd/containerd/v2/core/diff"
@@ -90,11 +92,31 @@ func open(_ context.Context, stream diff.StreamProcessor, _ map[string]typeurl.A
 		}
 		return &processor{ReadCloser: ds}, nil
 	}
-	z, err := pgzip.NewReaderN(br, blockSize, blocks)
+	z, err := newReader(br)
 	if err != nil {
 		return nil, fmt.Errorf("gzip layer: %w", err)
 	}
-	return &processor{ReadCloser: z}, nil
+	return &processor{ReadCloser: z, z: z}, nil
+}
+
+// readers keeps closed readers with their blocks for the next layer. A
+// new reader allocates its blocks, 4 MiB a layer: in a burst of pulls
+// that is hundreds of MiB for the garbage collector, and fresh memory the
+// inflater faults in as it writes each block. Reset keeps the blocks.
+var readers sync.Pool
+
+func newReader(r io.Reader) (*pgzip.Reader, error) {
+	z, ok := readers.Get().(*pgzip.Reader)
+	if !ok {
+		return pgzip.NewReaderN(r, blockSize, blocks)
+	}
+	if err := z.Reset(r); err != nil {
+		// Only the header was read: no read-ahead runs, and no block is
+		// out of the reader.
+		readers.Put(z)
+		return nil, err
+	}
+	return z, nil
 }
 
 // processor is the uncompressed layer. Close stops pgzip's goroutines and
@@ -102,6 +124,37 @@ func open(_ context.Context, stream diff.StreamProcessor, _ map[string]typeurl.A
 // beneath.
 type processor struct {
 	io.ReadCloser
+	z *pgzip.Reader // nil when containerd decompresses
 }
+
+// Close ends the read-ahead and keeps the reader for the next layer.
+//
+// It resets the reader onto an empty gzip stream rather than closing it:
+// pgzip v1.3.0 closes a channel a second time, and panics, when a reader
+// closed in the middle of a stream is reset. Reset ends the read-ahead as
+// Close does (its goroutines are done and every block is back in the
+// reader's pool when it returns) and leaves nothing running to end again.
+// The inflate error Close would repeat was already returned by Read.
+func (p *processor) Close() error {
+	if p.z == nil {
+		return p.ReadCloser.Close()
+	}
+	z := p.z
+	p.z, p.ReadCloser = nil, closed{}
+	if err := z.Reset(bytes.NewReader(emptyGzip)); err == nil {
+		readers.Put(z)
+	}
+	return nil
+}
+
+// emptyGzip is a gzip stream of no bytes: a header, an empty final
+// deflate block and a trailer of zero CRC and size.
+var emptyGzip = []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+// closed is a processor's stream after Close.
+type closed struct{}
+
+func (closed) Read([]byte) (int, error) { return 0, os.ErrClosed }
+func (closed) Close() error             { return nil }
 
 func (*processor) MediaType() string { return ocispec.MediaTypeImageLayer }

@@ -52,6 +52,7 @@ func BenchmarkLayerFromFile(b *testing.B) {
 			b.SetBytes(int64(len(tarball)))
 			// The tar reader beneath containerd's applier copies in 32 KiB.
 			buf := make([]byte, 32<<10)
+			b.ReportAllocs()
 			cpu0 := processCPU(b)
 			for b.Loop() {
 				rc, err := tc.open(io.NewSectionReader(f, 0, fi.Size()))

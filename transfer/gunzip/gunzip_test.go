@@ -182,6 +182,75 @@ func TestCloseMidLayerStopsReadAhead(t *testing.T) {
 	_ = p.Close()
 }
 
+// TestNextLayerAfterAnEndedOne: readers are kept for the next layer
+// however the last one ended, and must not carry anything over to it.
+func TestNextLayerAfterAnEndedOne(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx := context.Background()
+	next := layerTar(t, 3<<20+5)
+	nextBlob := gzipped(t, next)
+	good := gzipped(t, layerTar(t, 2<<20))
+	flipped := bytes.Clone(good)
+	flipped[len(flipped)-6] ^= 0xff
+	cases := []struct {
+		name string
+		end  func(t *testing.T)
+	}{
+		{"read whole", func(t *testing.T) { _, _ = uncompress(t, ocispec.MediaTypeImageLayerGzip, good) }},
+		{"checksum mismatch", func(t *testing.T) { _, _ = uncompress(t, ocispec.MediaTypeImageLayerGzip, flipped) }},
+		{"truncated", func(t *testing.T) { _, _ = uncompress(t, ocispec.MediaTypeImageLayerGzip, good[:len(good)/2]) }},
+		{"closed after a few bytes", func(t *testing.T) {
+			start, _ := Handler(ctx, ocispec.MediaTypeImageLayerGzip)
+			p, err := start(ctx, diff.NewProcessorChain(ocispec.MediaTypeImageLayerGzip, bytes.NewReader(good)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(p, make([]byte, 10)); err != nil {
+				t.Fatal(err)
+			}
+			_ = p.Close()
+			if _, err := p.Read(make([]byte, 1)); err == nil {
+				t.Error("read after close succeeded")
+			}
+		}},
+		{"closed unread", func(t *testing.T) {
+			start, _ := Handler(ctx, ocispec.MediaTypeImageLayerGzip)
+			p, err := start(ctx, diff.NewProcessorChain(ocispec.MediaTypeImageLayerGzip, bytes.NewReader(good)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = p.Close()
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// Several rounds: the pool may drop what it is given.
+			for range 4 {
+				c.end(t)
+				got, err := uncompress(t, ocispec.MediaTypeImageLayerGzip, nextBlob)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, next) {
+					t.Fatalf("got %d bytes, want the %d bytes of the next layer", len(got), len(next))
+				}
+			}
+		})
+	}
+}
+
+// A closed reader is parked on emptyGzip; were it not a gzip stream, no
+// reader would be kept.
+func TestEmptyGzipIsAnEmptyStream(t *testing.T) {
+	z, err := gzip.NewReader(bytes.NewReader(emptyGzip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(z); err != nil || len(b) != 0 {
+		t.Fatalf("read %d bytes, err %v; want none and no error", len(b), err)
+	}
+}
+
 func TestOtherLayersAreLeftToContainerd(t *testing.T) {
 	ctx := context.Background()
 	Enable(false)
