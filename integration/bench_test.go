@@ -112,6 +112,8 @@ func (c contenders) each(i int, fn func(name string, e *env)) {
 // from the start of each burst to prefix.{stock,pullwise}.profile.iteration:
 // PULLWISE_BENCH_PROFILE_SECONDS long (2 by default). To compare where the
 // two daemons spend a whole burst, make it longer than the slower burst.
+// PULLWISE_BENCH_TRACE=prefix writes execution traces (go tool trace) the
+// same way.
 func BenchmarkDifferentImages(b *testing.B) {
 	benchBurst(b, "diff", func(int) registry.Image {
 		return registry.Image{Layers: []int64{4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20}, Compressible: true}
@@ -181,10 +183,14 @@ func benchBurst(b *testing.B, name string, image func(j int) registry.Image) {
 					syscall.Sync()
 					b.StartTimer()
 					var profiled sync.WaitGroup
-					if prefix := os.Getenv("PULLWISE_BENCH_PROFILE"); prefix != "" {
+					for _, kind := range []string{"profile", "trace"} {
+						prefix := os.Getenv("PULLWISE_BENCH_" + strings.ToUpper(kind))
+						if prefix == "" {
+							continue
+						}
 						profiled.Go(func() {
 							file := fmt.Sprintf("%s.%s.%s.%d", prefix, name, profile, i)
-							if err := os.WriteFile(file, e.d.Profile(b, profileFor), 0o644); err != nil {
+							if err := os.WriteFile(file, e.d.Profile(b, kind, profileFor), 0o644); err != nil {
 								b.Error(err)
 							}
 						})

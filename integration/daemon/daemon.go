@@ -215,11 +215,12 @@ func (d *Daemon) LiveHeap(t testing.TB) int64 {
 	return 0
 }
 
-// Profile is a CPU profile of containerd over d, from its pprof endpoint,
-// for benchmarks that look at where a burst of pulls spends the CPUs.
-func (d *Daemon) Profile(t testing.TB, over time.Duration) []byte {
+// Profile is a CPU profile ("profile") or an execution trace ("trace") of
+// containerd over d, from its pprof endpoint, for benchmarks that look at
+// where a burst of pulls spends the CPUs, or waits.
+func (d *Daemon) Profile(t testing.TB, kind string, over time.Duration) []byte {
 	t.Helper()
-	return []byte(d.debugRead(t, fmt.Sprintf("/debug/pprof/profile?seconds=%d", max(int(over.Seconds()), 1))))
+	return []byte(d.debugRead(t, fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, max(int(over.Seconds()), 1))))
 }
 
 // CPUTime is the user and system CPU time containerd has used so far.
