@@ -97,7 +97,7 @@ func open(_ context.Context, stream diff.StreamProcessor, _ map[string]typeurl.A
 	if err != nil {
 		return nil, fmt.Errorf("gzip layer: %w", err)
 	}
-	return &processor{ReadCloser: z, z: z}, nil
+	return &processor{ReadCloser: z}, nil
 }
 
 // readers keeps closed readers with their blocks for the next layer. A
@@ -124,8 +124,7 @@ func newReader(r io.Reader) (*pgzip.Reader, error) {
 // waits for them; containerd's applier closes it before the content reader
 // beneath.
 type processor struct {
-	io.ReadCloser
-	z *pgzip.Reader // nil when containerd decompresses
+	io.ReadCloser // a *pgzip.Reader, or containerd's decompression
 }
 
 // Close ends the read-ahead and keeps the reader for the next layer.
@@ -137,11 +136,11 @@ type processor struct {
 // reader's pool when it returns) and leaves nothing running to end again.
 // The inflate error Close would repeat was already returned by Read.
 func (p *processor) Close() error {
-	if p.z == nil {
+	z, ok := p.ReadCloser.(*pgzip.Reader)
+	if !ok {
 		return p.ReadCloser.Close()
 	}
-	z := p.z
-	p.z, p.ReadCloser = nil, closed{}
+	p.ReadCloser = closed{}
 	if err := z.Reset(bytes.NewReader(emptyGzip)); err == nil {
 		readers.Put(z)
 	}
