@@ -87,6 +87,11 @@ func fetchSmall(ctx context.Context, fetcher transfer.Fetcher, d ocispec.Descrip
 	if d.Size > maxPrefetched {
 		return nil, fmt.Errorf("manifest %s: %d bytes, more than a waiting pull keeps", d.Digest, d.Size)
 	}
+	// Checked by d's own algorithm, which registries may pick (sha512):
+	// checked as sha256, such a manifest would never match.
+	if err := d.Digest.Validate(); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
+	}
 	rc, err := fetcher.Fetch(ctx, d)
 	if err != nil {
 		return nil, fmt.Errorf("fetch manifest %s: %w", d.Digest, err)
@@ -96,7 +101,7 @@ func fetchSmall(ctx context.Context, fetcher transfer.Fetcher, d ocispec.Descrip
 	if err != nil {
 		return nil, fmt.Errorf("read manifest %s: %w", d.Digest, err)
 	}
-	if int64(len(b)) != d.Size || digest.FromBytes(b) != d.Digest {
+	if int64(len(b)) != d.Size || d.Digest.Algorithm().FromBytes(b) != d.Digest {
 		return nil, fmt.Errorf("manifest %s: the registry's bytes do not match", d.Digest)
 	}
 	return b, nil

@@ -172,6 +172,14 @@ func TestPrefetch(t *testing.T) {
 			h.tag = h.add(t, ocispec.MediaTypeImageIndex, idx)
 			return m, nil
 		}, false, -1},
+		{"a manifest named by a sha512 digest", func(t *testing.T, h *imageHost) (ocispec.Descriptor, []digest.Digest) {
+			m := h.image(t, "e", 1000)
+			b := h.content[m.Digest]
+			m.Digest = digest.SHA512.FromBytes(b)
+			h.content[m.Digest] = b
+			h.tag = m
+			return h.tag, nil
+		}, false, 1000 + 1},
 		{"bytes that do not match the digest are not kept", func(t *testing.T, h *imageHost) (ocispec.Descriptor, []digest.Digest) {
 			h.tag = h.image(t, "c", 1000)
 			return h.tag, nil
