@@ -167,6 +167,8 @@ func TestBrokenLayerFails(t *testing.T) {
 	}
 }
 
+// TestNextLayerAfterAnEndedOne: readers are kept for the next layer
+// however the last one ended, and must not carry anything over to it.
 func TestNextLayerAfterAnEndedOne(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ctx := context.Background()
