@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"testing/iotest"
 
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/images"
@@ -78,24 +79,68 @@ func zstded(t *testing.T, p []byte) []byte {
 // a processor chain from the descriptor's media type.
 func uncompress(t *testing.T, mediaType string, blob []byte) ([]byte, error) {
 	t.Helper()
+	out, _, err := uncompressFrom(t, mediaType, bytes.NewReader(blob))
+	return out, err
+}
+
+// uncompressFrom is uncompress from any reader, and says whether the
+// layer was inflated whole.
+func uncompressFrom(t *testing.T, mediaType string, r io.Reader) (out []byte, whole bool, err error) {
+	t.Helper()
 	ctx := context.Background()
 	start, ok := Handler(ctx, mediaType)
 	if !ok {
 		t.Fatalf("Handler(%s) did not claim a gzip layer", mediaType)
 	}
-	p, err := start(ctx, diff.NewProcessorChain(mediaType, bytes.NewReader(blob)), nil)
+	p, err := start(ctx, diff.NewProcessorChain(mediaType, r), nil)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if p.MediaType() != ocispec.MediaTypeImageLayer {
 		t.Errorf("media type after processing = %s, want %s", p.MediaType(), ocispec.MediaTypeImageLayer)
 	}
-	out, err := io.ReadAll(p)
+	whole = inflatedWhole(p)
+	out, err = io.ReadAll(p)
 	// Close repeats a read error; containerd's applier ignores it.
 	if cerr := p.Close(); err == nil && cerr != nil {
 		t.Errorf("close: %v", cerr)
 	}
-	return out, err
+	return out, whole, err
+}
+
+func inflatedWhole(p diff.StreamProcessor) bool {
+	pp, ok := p.(*processor)
+	if !ok {
+		return false
+	}
+	_, whole := pp.ReadCloser.(inflated)
+	return whole
+}
+
+// eachWay runs f with layers inflated whole where they fit, then with
+// every gzip layer streamed, and checks each way gives back all the
+// memory it took. whole tells f whether the first way is on in this build.
+func eachWay(t *testing.T, f func(t *testing.T, whole bool)) {
+	t.Helper()
+	run := func(t *testing.T, whole bool) {
+		f(t, whole)
+		if !budget.TryAcquire(budgetSize) {
+			t.Fatal("layers closed, and memory of the budget is still held")
+		}
+		budget.Release(budgetSize)
+	}
+	t.Run("whole", func(t *testing.T) { run(t, wholeLayers) })
+	t.Run("streamed", func(t *testing.T) {
+		set(t, &maxTar, -1)
+		run(t, false)
+	})
+}
+
+// set sets *v to x for the rest of the test.
+func set(t testing.TB, v *int, x int) {
+	old := *v
+	*v = x
+	t.Cleanup(func() { *v = old })
 }
 
 // TestMain checks the Handler starts off, as the transfer plugin relies
@@ -118,26 +163,93 @@ func TestUncompressedLayerIsTheTarStream(t *testing.T) {
 		mediaType string
 		blob      []byte
 		want      []byte
+		whole     bool // inflated whole, where layers can be
 	}{
-		{"oci gzip layer", ocispec.MediaTypeImageLayerGzip, gzipped(t, a), a},
-		{"docker gzip layer", images.MediaTypeDockerSchema2LayerGzip, gzipped(t, a), a},
-		{"two gzip members", ocispec.MediaTypeImageLayerGzip, gzipped(t, a, b), append(append([]byte{}, a...), b...)},
-		{"empty file", ocispec.MediaTypeImageLayerGzip, gzipped(t, []byte{}), []byte{}},
+		{"oci gzip layer", ocispec.MediaTypeImageLayerGzip, gzipped(t, a), a, true},
+		{"docker gzip layer", images.MediaTypeDockerSchema2LayerGzip, gzipped(t, a), a, true},
+		// libdeflate inflates one member; the stream reads them all.
+		{"two gzip members", ocispec.MediaTypeImageLayerGzip, gzipped(t, a, b), append(append([]byte{}, a...), b...), false},
+		{"empty file", ocispec.MediaTypeImageLayerGzip, gzipped(t, []byte{}), []byte{}, true},
 		// Media types can lie; stock containerd goes by the bytes.
-		{"gzip type, plain tar bytes", ocispec.MediaTypeImageLayerGzip, b, b},
-		{"gzip type, zstd bytes", ocispec.MediaTypeImageLayerGzip, zstded(t, a), a},
+		{"gzip type, plain tar bytes", ocispec.MediaTypeImageLayerGzip, b, b, false},
+		{"gzip type, zstd bytes", ocispec.MediaTypeImageLayerGzip, zstded(t, a), a, false},
+	}
+	eachWay(t, func(t *testing.T, whole bool) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				got, gotWhole, err := uncompressFrom(t, c.mediaType, bytes.NewReader(c.blob))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, c.want) {
+					t.Fatalf("got %d bytes, want the %d bytes of the tar stream", len(got), len(c.want))
+				}
+				if want := whole && c.whole; gotWhole != want {
+					t.Errorf("inflated whole: %t, want %t", gotWhole, want)
+				}
+			})
+		}
+	})
+}
+
+// TestLargeLayersAreStreamed: a layer beyond the bounds of what is
+// inflated whole, or met when the budget is spent, is streamed from what
+// was read of it and the rest.
+func TestLargeLayersAreStreamed(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	random := make([]byte, 3<<20)
+	_, _ = rand.NewChaCha8([32]byte{3}).Read(random)
+	incompressible := tarOf(t, random) // its blob is over 3 MiB
+	text := layerTar(t, 3<<20)
+	cases := []struct {
+		name  string
+		tar   []byte
+		limit func(t *testing.T)
+		whole bool
+	}{
+		{"within the bounds", text, func(*testing.T) {}, true},
+		{"blob over maxBlob", incompressible, func(t *testing.T) { set(t, &maxBlob, 1<<20) }, false},
+		{"tar over maxTar", text, func(t *testing.T) { set(t, &maxTar, 2<<20) }, false},
+		{"budget spent", text, func(t *testing.T) {
+			if !budget.TryAcquire(budgetSize - 1<<20) {
+				t.Fatal("budget in use before the test")
+			}
+			t.Cleanup(func() { budget.Release(budgetSize - 1<<20) })
+		}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := uncompress(t, c.mediaType, c.blob)
+			c.limit(t)
+			got, whole, err := uncompressFrom(t, ocispec.MediaTypeImageLayerGzip, bytes.NewReader(gzipped(t, c.tar)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(got, c.want) {
-				t.Fatalf("got %d bytes, want the %d bytes of the tar stream", len(got), len(c.want))
+			if !bytes.Equal(got, c.tar) {
+				t.Fatalf("got %d bytes, want the %d bytes of the tar stream", len(got), len(c.tar))
+			}
+			if want := c.whole && wholeLayers; whole != want {
+				t.Errorf("inflated whole: %t, want %t", whole, want)
 			}
 		})
 	}
+	if !budget.TryAcquire(budgetSize) {
+		t.Fatal("layers closed, and memory of the budget is still held")
+	}
+	budget.Release(budgetSize)
+}
+
+// TestUnreadableLayerFails: the content store failing under a layer is
+// the layer's error, and the memory taken to read it is given back.
+func TestUnreadableLayerFails(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	errDisk := errors.New("disk gone")
+	blob := gzipped(t, layerTar(t, 2<<20))
+	eachWay(t, func(t *testing.T, _ bool) {
+		r := io.MultiReader(bytes.NewReader(blob[:len(blob)/2]), iotest.ErrReader(errDisk))
+		if _, _, err := uncompressFrom(t, ocispec.MediaTypeImageLayerGzip, r); !errors.Is(err, errDisk) {
+			t.Fatalf("err = %v, want %v", err, errDisk)
+		}
+	})
 }
 
 func TestBrokenLayerFails(t *testing.T) {
@@ -154,17 +266,21 @@ func TestBrokenLayerFails(t *testing.T) {
 		{"cut before the trailer", good[:len(good)-8], io.ErrUnexpectedEOF},
 		{"checksum mismatch", flipped, gzip.ErrChecksum},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := uncompress(t, ocispec.MediaTypeImageLayerGzip, c.blob)
-			if err == nil {
-				t.Fatal("a broken layer uncompressed without error")
-			}
-			if c.want != nil && !errors.Is(err, c.want) && err.Error() != c.want.Error() {
-				t.Fatalf("err = %v, want %v", err, c.want)
-			}
-		})
-	}
+	// Inflated whole or streamed, a broken layer fails as it did
+	// streamed: libdeflate's failure hands it to the stream.
+	eachWay(t, func(t *testing.T, _ bool) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				_, err := uncompress(t, ocispec.MediaTypeImageLayerGzip, c.blob)
+				if err == nil {
+					t.Fatal("a broken layer uncompressed without error")
+				}
+				if c.want != nil && !errors.Is(err, c.want) && err.Error() != c.want.Error() {
+					t.Fatalf("err = %v, want %v", err, c.want)
+				}
+			})
+		}
+	})
 }
 
 // TestNextLayerAfterAnEndedOne: readers are kept for the next layer
@@ -209,21 +325,23 @@ func TestNextLayerAfterAnEndedOne(t *testing.T) {
 			_ = p.Close()
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			// Several rounds: the pool may drop what it is given.
-			for range 4 {
-				c.end(t)
-				got, err := uncompress(t, ocispec.MediaTypeImageLayerGzip, nextBlob)
-				if err != nil {
-					t.Fatal(err)
+	eachWay(t, func(t *testing.T, _ bool) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				// Several rounds: the pool may drop what it is given.
+				for range 4 {
+					c.end(t)
+					got, err := uncompress(t, ocispec.MediaTypeImageLayerGzip, nextBlob)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, next) {
+						t.Fatalf("got %d bytes, want the %d bytes of the next layer", len(got), len(next))
+					}
 				}
-				if !bytes.Equal(got, next) {
-					t.Fatalf("got %d bytes, want the %d bytes of the next layer", len(got), len(next))
-				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // A closed reader is parked on emptyGzip; were it not a gzip stream, no

@@ -1,0 +1,169 @@
+package gunzip
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/bits"
+	"slices"
+	"sync"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// A layer is inflated whole, in one call to libdeflate, when both its blob
+// and its tar stream fit these bounds and the budget has room for both;
+// any other layer is streamed. Whole, inflating a layer takes a quarter of
+// the CPU streaming does, and the tar writer then reads memory. Most
+// layers of most images are below the bounds; the budget caps the memory
+// of all layers being applied at once, whatever the unpack concurrency,
+// and a layer that finds it spent is streamed rather than made to wait.
+var (
+	maxBlob    = 16 << 20
+	maxTar     = 64 << 20
+	budgetSize = int64(256 << 20)
+	budget     = semaphore.NewWeighted(budgetSize)
+)
+
+// held is the memory a layer read whole holds until its processor closes.
+type held struct{ bufs []*[]byte }
+
+// take adds b, already counted in the budget, to what is held.
+func (h *held) take(b *[]byte) { h.bufs = append(h.bufs, b) }
+
+// release gives back b and its share of the budget.
+func (h *held) release(b *[]byte) {
+	h.bufs = slices.DeleteFunc(h.bufs, func(x *[]byte) bool { return x == b })
+	budget.Release(int64(cap(*b)))
+	putBuf(b)
+}
+
+// releaseAll gives everything back.
+func (h *held) releaseAll() {
+	for len(h.bufs) > 0 {
+		h.release(h.bufs[0])
+	}
+}
+
+// readWhole reads a gzip layer from br and inflates it whole if it can.
+// It returns the tar stream when it could; otherwise the stream to inflate
+// as before, which starts with whatever readWhole read. Either way h holds
+// the memory to give back when the layer is closed.
+func readWhole(br *bufio.Reader, h *held) (tar *bytes.Reader, compressed io.Reader, err error) {
+	if !wholeLayers {
+		return nil, br, nil
+	}
+	blob, complete, err := readBlob(br, h)
+	if err != nil {
+		h.releaseAll()
+		return nil, nil, err
+	}
+	if blob == nil {
+		return nil, br, nil
+	}
+	if !complete {
+		return nil, io.MultiReader(bytes.NewReader(*blob), br), nil
+	}
+	streamed := bytes.NewReader(*blob)
+	if len(*blob) < gzipMinSize {
+		return nil, streamed, nil
+	}
+	// The trailer's ISIZE: the tar stream's length modulo 2³². A member
+	// that inflates to more does not fit, and is streamed.
+	size := int(binary.LittleEndian.Uint32((*blob)[len(*blob)-4:]))
+	if size > maxTar {
+		return nil, streamed, nil
+	}
+	out := getBuf(size)
+	if out == nil {
+		return nil, streamed, nil
+	}
+	h.take(out)
+	n, ok := inflate((*out)[:size], *blob)
+	if !ok {
+		h.release(out)
+		return nil, streamed, nil
+	}
+	h.release(blob)
+	return bytes.NewReader((*out)[:n]), nil, nil
+}
+
+// gzipMinSize is a gzip member's header and trailer: a shorter blob is
+// broken, and streaming it says so.
+const gzipMinSize = 18
+
+// readBlob reads br to its end into a buffer of the budget's, up to
+// maxBlob. complete is false when the blob is larger; blob is nil when
+// the budget had no room to start.
+func readBlob(br *bufio.Reader, h *held) (blob *[]byte, complete bool, err error) {
+	// Start from what one read shows; most layers are a few MiB.
+	size := 1 << 20
+	if n := br.Buffered(); n > size {
+		size = n
+	}
+	blob = getBuf(size)
+	if blob == nil {
+		return nil, false, nil
+	}
+	h.take(blob)
+	n := 0
+	for {
+		if n == len(*blob) {
+			if n >= maxBlob {
+				*blob = (*blob)[:n]
+				return blob, false, nil
+			}
+			bigger := getBuf(min(2*n, maxBlob))
+			if bigger == nil {
+				*blob = (*blob)[:n]
+				return blob, false, nil
+			}
+			h.take(bigger)
+			copy(*bigger, (*blob)[:n])
+			h.release(blob)
+			blob = bigger
+		}
+		m, err := br.Read((*blob)[n:])
+		n += m
+		if errors.Is(err, io.EOF) {
+			*blob = (*blob)[:n]
+			return blob, true, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// Buffers come in powers of two from 1 MiB, one pool each, so that a
+// layer's buffer is kept for the next layer of about its size: fresh
+// memory costs the page faults of every byte written to it.
+const minBufShift = 20
+
+var bufPools [bits.UintSize]sync.Pool
+
+// getBuf returns a buffer of len n from the budget, or nil when the budget
+// has no room for it.
+func getBuf(n int) *[]byte {
+	shift := max(bits.Len(uint(max(n, 1)-1)), minBufShift)
+	size := 1 << shift
+	if !budget.TryAcquire(int64(size)) {
+		return nil
+	}
+	b, ok := bufPools[shift].Get().(*[]byte)
+	if !ok {
+		s := make([]byte, size)
+		b = &s
+	}
+	*b = (*b)[:n]
+	return b
+}
+
+// putBuf keeps b for a later layer. Its share of the budget is given back
+// by the caller.
+func putBuf(b *[]byte) {
+	*b = (*b)[:cap(*b)]
+	bufPools[bits.Len(uint(cap(*b)-1))].Put(b)
+}
