@@ -22,9 +22,9 @@ type config struct {
 	// snapshotter can rebase, as upstream. Upstream's default is 1;
 	// Pullwise's is one per CPU (parallelUnpack).
 	MaxConcurrentUnpacks int `toml:"max_concurrent_unpacks"`
-	// Pullwise's own: inflate gzip layers ahead of the tar writer
-	// (transfer/gunzip). False leaves them to containerd, which also runs
-	// igzip or unpigz for them when either is on PATH.
+	// Pullwise's own: inflate gzip layers whole, or else ahead of the tar
+	// writer (transfer/gunzip). False leaves them to containerd, which also
+	// runs igzip or unpigz for them when either is on PATH.
 	GzipReadAhead bool `toml:"gzip_read_ahead"`
 }
 
