@@ -126,8 +126,9 @@ func (c contenders) each(i int, fn func(name string, e *env)) {
 }
 
 // BenchmarkDifferentImages: 20 concurrent pulls of 20 different images of
-// 5 layers, both at max_concurrent_downloads = 3, Pullwise with
-// max_parallel_image_pulls. Two network profiles:
+// 5 layers, both daemons at their defaults (max_concurrent_downloads 3 for
+// stock, 6 for Pullwise), Pullwise with max_parallel_image_pulls. Two
+// network profiles:
 //   - loopback: the registry as fast as the machine, so unpacking on its
 //     CPUs and disk is what limits;
 //   - wan: registry.DefaultWAN, 20 ms per request and one 64 MiB/s budget

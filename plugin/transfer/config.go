@@ -11,6 +11,11 @@ import (
 // config takes the same keys as upstream's transfer plugin, so existing
 // [plugins."io.containerd.transfer.v1.local"] sections keep working.
 type config struct {
+	// Node-wide, as upstream. Pullwise's default is 6, upstream's 3: with
+	// a round trip per blob, three left a link idle a quarter of a burst
+	// of pulls (docs/benchmarks.md, twelfth round), and the lane gives
+	// places to the oldest pull first, so more of them do not spread the
+	// link over more pulls.
 	MaxConcurrentDownloads      int  `toml:"max_concurrent_downloads"`
 	ConcurrentLayerFetchBuffer  int  `toml:"concurrent_layer_fetch_buffer"`
 	MaxConcurrentUploadedLayers int  `toml:"max_concurrent_uploaded_layers"`
@@ -39,7 +44,7 @@ type unpackConfig struct {
 
 func defaultConfig() *config {
 	return &config{
-		MaxConcurrentDownloads:      3,
+		MaxConcurrentDownloads:      6,
 		MaxConcurrentUploadedLayers: 3,
 		MaxConcurrentUnpacks:        runtime.NumCPU(),
 		GzipReadAhead:               true,
