@@ -50,7 +50,7 @@ func (h *held) releaseAll() {
 // readWhole reads a gzip layer from br and inflates it whole if it can.
 // It returns the tar stream when it could; otherwise the stream to inflate
 // as before, which starts with whatever readWhole read. Either way h holds
-// the memory to give back when the layer is closed.
+// the memory to give back when the layer is closed; on error, nothing.
 func readWhole(br *bufio.Reader, h *held) (tar *bytes.Reader, compressed io.Reader, err error) {
 	if !wholeLayers {
 		return nil, br, nil
