@@ -129,7 +129,10 @@ func statusOf(t *testing.T, u string) int {
 // 404 or 400; the pull completes and its stream reaches the end; the
 // daemon's goroutines and heap stay bounded and come back down.
 func TestProgressAttack(t *testing.T) {
-	e, _ := newPodEnv(t, envOptions{extraConfig: attackConfig, noKeepAlive: true})
+	// Layers are streamed here: inflated whole, their buffers (bounded on
+	// their own, transfer/gunzip) would count in the live heap this test
+	// bounds for the attack.
+	e, _ := newPodEnv(t, envOptions{extraConfig: attackConfig, noKeepAlive: true, transfer: "gzip_read_ahead = false\n"})
 	img := e.push("attack/app", "v1", registry.Image{Layers: []int64{2 << 20, 2 << 20, 2 << 20, 2 << 20}, Seed: 6000})
 	podA, cfgA := e.runPod(t, "a")
 	podB, _ := e.runPod(t, "b")
