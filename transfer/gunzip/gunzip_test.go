@@ -124,10 +124,7 @@ func eachWay(t *testing.T, f func(t *testing.T, whole bool)) {
 	t.Helper()
 	run := func(t *testing.T, whole bool) {
 		f(t, whole)
-		if !budget.TryAcquire(budgetSize) {
-			t.Fatal("layers closed, and memory of the budget is still held")
-		}
-		budget.Release(budgetSize)
+		budgetAllFree(t)
 	}
 	t.Run("whole", func(t *testing.T) { run(t, wholeLayers) })
 	t.Run("streamed", func(t *testing.T) {
@@ -232,6 +229,13 @@ func TestLargeLayersAreStreamed(t *testing.T) {
 			}
 		})
 	}
+	budgetAllFree(t)
+}
+
+// budgetAllFree fails the test unless every layer has given its memory
+// back to the budget.
+func budgetAllFree(t *testing.T) {
+	t.Helper()
 	if !budget.TryAcquire(budgetSize) {
 		t.Fatal("layers closed, and memory of the budget is still held")
 	}

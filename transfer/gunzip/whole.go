@@ -33,10 +33,9 @@ type held struct{ bufs []*[]byte }
 // take adds b, already counted in the budget, to what is held.
 func (h *held) take(b *[]byte) { h.bufs = append(h.bufs, b) }
 
-// release gives back b and its share of the budget.
+// release gives back b.
 func (h *held) release(b *[]byte) {
 	h.bufs = slices.DeleteFunc(h.bufs, func(x *[]byte) bool { return x == b })
-	budget.Release(int64(cap(*b)))
 	putBuf(b)
 }
 
@@ -98,12 +97,8 @@ const gzipMinSize = 18
 // maxBlob. complete is false when the blob is larger; blob is nil when
 // the budget had no room to start.
 func readBlob(br *bufio.Reader, h *held) (blob *[]byte, complete bool, err error) {
-	// Start from what one read shows; most layers are a few MiB.
-	size := 1 << 20
-	if n := br.Buffered(); n > size {
-		size = n
-	}
-	blob = getBuf(size)
+	// The smallest buffer; it doubles as the blob turns out larger.
+	blob = getBuf(1 << minBufShift)
 	if blob == nil {
 		return nil, false, nil
 	}
@@ -161,9 +156,9 @@ func getBuf(n int) *[]byte {
 	return b
 }
 
-// putBuf keeps b for a later layer. Its share of the budget is given back
-// by the caller.
+// putBuf gives b's share of the budget back and keeps b for a later layer.
 func putBuf(b *[]byte) {
 	*b = (*b)[:cap(*b)]
+	budget.Release(int64(cap(*b)))
 	bufPools[bits.Len(uint(cap(*b)-1))].Put(b)
 }
