@@ -59,7 +59,7 @@ unit:
 
 # Integration needs root (mounts, a real daemon). As root it always runs: it
 # never skips silently. Without root it says so and stops here.
-integration: build
+integration: build containerd-stock
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "integration: skipped, needs root (run 'sudo make integration')"; exit 0; fi
 	PULLWISE_BIN=$(BIN) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout $(INTEGRATION_TIMEOUT) ./integration/

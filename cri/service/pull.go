@@ -41,7 +41,13 @@ func (s *Service) PullImage(ctx context.Context, req *api.PullImageRequest) (*ap
 		// CRI is called in process, past the interceptors a CRI client's
 		// pull goes through: do what they would.
 		ctx = transfer.WithPod(criContext(ctx), r.GetSandboxConfig().GetMetadata())
-		resp, err := c.PullImage(ctx, r)
+		pull := c.PullImage
+		if s.rt.CRIPull != nil {
+			if p := s.rt.CRIPull(); p != nil {
+				pull = p
+			}
+		}
+		resp, err := pull(ctx, r)
 		if err != nil {
 			return "", err
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
 	"github.com/pullwise/pullwise/cri/policy"
@@ -29,6 +30,10 @@ type Runtime struct {
 	Registries func() []health.Status
 	// CRI returns the upstream CRI service, which loads after this one.
 	CRI func() (CRI, error)
+	// CRIPull is CRI's PullImage as the node serves it: Pullwise's
+	// (cri/cripull) where CRI would take its local pull path, else nil
+	// and CRI's own.
+	CRIPull func() func(context.Context, *runtime.PullImageRequest) (*runtime.PullImageResponse, error)
 	// Sources reads the pull sources of images.
 	Sources *pullsource.Sources
 	// Decider applies pull policies.

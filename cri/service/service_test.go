@@ -16,7 +16,7 @@ func TestVersionReportsBypass(t *testing.T) {
 				if usesTransfer {
 					return true, ""
 				}
-				return false, BypassWarning
+				return false, BypassWarning([]string{"discard_unpacked_layers"})
 			},
 		})
 		resp, err := s.Version(context.Background(), &api.VersionRequest{})

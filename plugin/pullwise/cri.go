@@ -3,20 +3,28 @@ package pullwise
 import (
 	"fmt"
 
+	"path/filepath"
+
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/plugins"
 	"github.com/containerd/log"
 	"github.com/containerd/plugin"
 
 	"github.com/pullwise/pullwise/cri/criconfig"
+	"github.com/pullwise/pullwise/cri/cripull"
 	"github.com/pullwise/pullwise/cri/policy"
 	"github.com/pullwise/pullwise/cri/pullsource"
 	"github.com/pullwise/pullwise/cri/service"
+	"github.com/pullwise/pullwise/plugin/interceptor"
 	"github.com/pullwise/pullwise/transfer"
 	"github.com/pullwise/pullwise/transfer/health"
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
-// criPullPath reports whether CRI pulls reach the transfer service.
+// criPullPath reports whether CRI pulls reach Pullwise's transfer service:
+// through CRI's own transfer path, or through the cri-pull interceptor
+// where CRI would pull locally.
 func criPullPath(set *plugin.Set) (bool, string) {
 	p := set.Get(plugins.CRIServicePlugin, "images")
 	if p == nil {
@@ -33,10 +41,78 @@ func criPullPath(set *plugin.Set) (bool, string) {
 	if err != nil {
 		return false, "cannot tell whether CRI pulls use the transfer service: " + err.Error()
 	}
-	if !ok {
-		return false, service.BypassWarning
+	if ok || criPuller(set) != nil {
+		return true, ""
 	}
-	return true, ""
+	return false, service.BypassWarning(c.LocalPullOptions())
+}
+
+// criPuller returns the Puller that serves CRI pulls in CRI's place, or
+// nil where CRI pulls through the transfer service itself (or cri-pull is
+// not loaded).
+func criPuller(set *plugin.Set) *cripull.Puller {
+	p := set.Get(interceptor.Plugin, criPullID)
+	if p == nil {
+		return nil
+	}
+	inst, err := p.Instance()
+	if err != nil {
+		return nil
+	}
+	i, _ := inst.(cripull.Interceptor)
+	return i.Puller
+}
+
+// newCRIPuller returns a Puller when CRI would take its local pull path,
+// else nil. Deprecated registry.mirrors are written as hosts.toml under
+// stateDir, so they resolve like config_path.
+func newCRIPuller(ic *plugin.InitContext, ts *transfer.Service, db *metadata.DB) (*cripull.Puller, error) {
+	p := ic.Plugins().Get(plugins.CRIServicePlugin, "images")
+	if p == nil {
+		return nil, nil
+	}
+	if _, err := p.Instance(); err != nil {
+		return nil, nil
+	}
+	c, err := criconfig.Read(p.Config)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := c.UsesTransfer(); err != nil || ok {
+		return nil, err
+	}
+	hostDir := c.Registry.ConfigPath
+	if hostDir == "" && len(c.Registry.Mirrors) > 0 {
+		hostDir = filepath.Join(ic.Properties[plugins.PropertyStateDir], "registry-mirrors")
+		if err := cripull.WriteMirrorHosts(hostDir, c.Registry.Mirrors); err != nil {
+			return nil, fmt.Errorf("write CRI's registry.mirrors as hosts.toml: %w", err)
+		}
+	}
+	if c.MaxConcurrentDownloads != 3 && c.MaxConcurrentDownloads > 0 {
+		// Stock applies CRI's limit to CRI's local pulls; Pullwise has
+		// one node-wide lane, which takes it.
+		tc := ts.Config()
+		tc.Downloads = lane.New(c.MaxConcurrentDownloads)
+		ts.Configure(tc)
+	}
+	return cripull.New(cripull.Deps{
+		Transfer: ts,
+		Images:   metadata.NewImageStore(db),
+		Content:  db.ContentStore(),
+		CRI: func() (cripull.CRIImages, error) {
+			inst, err := p.Instance()
+			if err != nil {
+				return nil, err
+			}
+			ci, ok := inst.(cripull.CRIImages)
+			if !ok {
+				return nil, fmt.Errorf("CRI images plugin instance %T has no UpdateImage", inst)
+			}
+			return ci, nil
+		},
+		Config:  c,
+		HostDir: hostDir,
+	})
 }
 
 type criImagesInfo struct {

@@ -11,10 +11,13 @@ import (
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/plugins"
 
+	"github.com/pullwise/pullwise/cri/criconfig"
+	"github.com/pullwise/pullwise/cri/cripull"
 	"github.com/pullwise/pullwise/cri/observe"
 	"github.com/pullwise/pullwise/cri/podctx"
 	"github.com/pullwise/pullwise/cri/policy"
 	"github.com/pullwise/pullwise/cri/pullsource"
+	"github.com/pullwise/pullwise/cri/service"
 	"github.com/pullwise/pullwise/cri/validate"
 	"github.com/pullwise/pullwise/plugin/interceptor"
 	"github.com/pullwise/pullwise/transfer"
@@ -94,4 +97,45 @@ func init() {
 			return validate.Interceptor{}, nil
 		},
 	})
+
+	// Last, so it is the innermost PullImage interceptor: where CRI would
+	// take its local pull path, this is CRI's pull, and every interceptor
+	// above wraps it as it wraps CRI's.
+	registry.Register(&plugin.Registration{
+		Type:     interceptor.Plugin,
+		ID:       criPullID,
+		Requires: []plugin.Type{plugins.GRPCPlugin, plugins.CRIServicePlugin, plugins.MetadataPlugin, plugins.TransferPlugin},
+		InitFn:   initCRIPull,
+	})
+}
+
+// criPullID names the interceptor that serves CRI pulls CRI would pull
+// locally.
+const criPullID = "cri-pull"
+
+func initCRIPull(ic *plugin.InitContext) (any, error) {
+	m, err := ic.GetSingle(plugins.MetadataPlugin)
+	if err != nil {
+		return nil, err
+	}
+	t, err := ic.GetSingle(plugins.TransferPlugin)
+	if err != nil {
+		return nil, err
+	}
+	ts, ok := t.(*transfer.Service)
+	if !ok {
+		return nil, fmt.Errorf("transfer plugin is %T, not Pullwise's", t)
+	}
+	p, err := newCRIPuller(ic, ts, m.(*metadata.DB))
+	if err != nil {
+		// CRI keeps pulling on its own path, without Pullwise.
+		log.G(ic.Context).WithError(err).Warn("!!! " + service.BypassWarning(nil))
+		return nil, err
+	}
+	if p != nil {
+		c, _ := criconfig.Read(ic.Plugins().Get(plugins.CRIServicePlugin, "images").Config)
+		log.G(ic.Context).WithField("cri_local_pull_options", c.LocalPullOptions()).
+			Info("CRI would pull on its local path; Pullwise serves CRI pulls through the transfer service, keeping those options")
+	}
+	return cripull.Interceptor{Puller: p}, nil
 }

@@ -5,6 +5,7 @@
 package pullwise
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
 	"github.com/prometheus/client_golang/prometheus"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/plugins"
@@ -39,10 +41,9 @@ func init() {
 			if err := c.Validate(); err != nil {
 				return nil, err
 			}
+			// Whether CRI pulls reach Pullwise is said at start by the
+			// cri-pull interceptor, which loads after this plugin.
 			pullPath := func() (bool, string) { return criPullPath(ic.Plugins()) }
-			if ok, warning := pullPath(); !ok {
-				log.G(ic.Context).Warn("!!! " + warning)
-			}
 			t, err := ic.GetSingle(plugins.TransferPlugin)
 			if err != nil {
 				return nil, err
@@ -100,10 +101,16 @@ func init() {
 				Pulls:           ts.Pulls,
 				Registries:      tc.Health.Hosts,
 				CRI:             func() (service.CRI, error) { return upstreamCRI(ic.Plugins()) },
-				Sources:         sources,
-				Decider:         newDecider(ic.Plugins(), ts, store, sources),
-				Progress:        srv,
-				Close:           srv.Close,
+				CRIPull: func() func(context.Context, *runtime.PullImageRequest) (*runtime.PullImageResponse, error) {
+					if p := criPuller(ic.Plugins()); p != nil {
+						return p.PullImage
+					}
+					return nil
+				},
+				Sources:  sources,
+				Decider:  newDecider(ic.Plugins(), ts, store, sources),
+				Progress: srv,
+				Close:    srv.Close,
 			}), nil
 		},
 	})

@@ -27,6 +27,7 @@ import (
 	"github.com/containerd/containerd/v2/plugins"
 
 	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/applyopts"
 	"github.com/pullwise/pullwise/transfer/gate"
 	"github.com/pullwise/pullwise/transfer/gunzip"
 	"github.com/pullwise/pullwise/transfer/implied"
@@ -88,7 +89,10 @@ func init() {
 					a = implied.Applier{Applier: a, Content: db.ContentStore(), Dirs: dirs}
 					ups[i].Snapshotter = implied.Snapshotter{Snapshotter: ups[i].Snapshotter, Dirs: dirs}
 				}
-				ups[i].Applier = lane.Applier{Applier: a, Lane: unpacks}
+				// CRI's apply options (image_pull_with_sync_fs, decryption)
+				// reach its pulls' layers through the context
+				// (transfer/applyopts).
+				ups[i].Applier = lane.Applier{Applier: applyopts.Applier{Applier: a}, Lane: unpacks}
 			}
 			next := local.NewTransferService(db.ContentStore(), metadata.NewImageStore(db), local.TransferConfig{
 				Leases:                      l.(leases.Manager),

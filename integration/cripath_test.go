@@ -1,0 +1,190 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	leasesapi "github.com/containerd/containerd/api/services/leases/v1"
+	"github.com/opencontainers/go-digest"
+
+	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+	"github.com/pullwise/pullwise/integration/daemon"
+	"github.com/pullwise/pullwise/integration/registry"
+)
+
+// criPullConfig is a CRI image config nodes ship; every one but the default
+// sends stock CRI down its local pull path (client.Pull).
+type criPullConfig struct {
+	name string
+	toml string // lines for [plugins."io.containerd.cri.v1.images"]
+}
+
+var (
+	criDefault     = criPullConfig{name: "default"}
+	criDiscard     = criPullConfig{name: "discard_unpacked_layers", toml: "  discard_unpacked_layers = true\n"} // EKS, GKE, Talos
+	criLocalPull   = criPullConfig{name: "use_local_image_pull", toml: "  use_local_image_pull = true\n"}       // RKE2, k3s
+	criSyncFs      = criPullConfig{name: "image_pull_with_sync_fs", toml: "  image_pull_with_sync_fs = true\n"}
+	criAnnotations = criPullConfig{name: "snapshot_annotations", toml: "  disable_snapshot_annotations = false\n"}
+
+	criPullConfigs = []criPullConfig{criDefault, criDiscard, criLocalPull, criSyncFs, criAnnotations}
+)
+
+// forEachCRIPullConfig runs test once per CRI image config of the matrix:
+// what a feature does under the default config it must do under each.
+func forEachCRIPullConfig(t *testing.T, test func(t *testing.T, criImages string)) {
+	for _, c := range criPullConfigs {
+		t.Run(c.name, func(t *testing.T) { test(t, c.toml) })
+	}
+}
+
+// collectGarbage runs containerd's GC to completion: deleting a lease
+// synchronously collects before it returns.
+func (e *env) collectGarbage() {
+	e.t.Helper()
+	ctx := inNamespace("k8s.io")
+	c := leasesapi.NewLeasesClient(e.conn)
+	l, err := c.Create(ctx, &leasesapi.CreateRequest{})
+	if err != nil {
+		e.t.Fatalf("create lease: %v", err)
+	}
+	if _, err := c.Delete(ctx, &leasesapi.DeleteRequest{ID: l.GetLease().GetID(), Sync: true}); err != nil {
+		e.t.Fatalf("delete lease (sync GC): %v", err)
+	}
+}
+
+// committed lists which of ds are in the content store.
+func (e *env) committed(ds ...digest.Digest) []digest.Digest {
+	e.t.Helper()
+	var out []digest.Digest
+	for _, d := range ds {
+		if e.contentCommitted("k8s.io", d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// TestCRIPullsReachPullwiseUnderEveryConfig: whatever CRI's image config,
+// CRI pulls go through Pullwise (the pull is listed, labelled with its
+// source) and CRI sees the image as after its own pull: tag, repo digest
+// and ID records with CRI's managed label, ImageStatus at once.
+func TestCRIPullsReachPullwiseUnderEveryConfig(t *testing.T) {
+	forEachCRIPullConfig(t, func(t *testing.T, criImages string) {
+		e := newEnv(t, envOptions{mirror: mirrorSeeded, criImages: criImages})
+		resp, err := e.pullwise.Version(context.Background(), &api.VersionRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !resp.GetCriPullsUseTransfer() || len(resp.GetWarnings()) != 0 {
+			t.Fatalf("Version: cri_pulls_use_transfer=%v warnings=%q", resp.GetCriPullsUseTransfer(), resp.GetWarnings())
+		}
+		if strings.Contains(e.d.Log(), "CRI pulls bypass the transfer service") {
+			t.Fatal("start-up log warns that CRI pulls bypass Pullwise")
+		}
+		img := e.push("reach/app", "v1", registry.Image{Layers: []int64{32 << 10, 32 << 10}, Seed: 2900})
+		id, err := e.images.PullImage(context.Background(), criImage(img.Ref), nil, sandbox("reach"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != img.Config.String() {
+			t.Fatalf("PullImage returned %q, want the image ID %s", id, img.Config)
+		}
+		st, err := e.images.ImageStatus(context.Background(), criImage(img.Ref), false)
+		if err != nil || st.GetImage().GetId() != id {
+			t.Fatalf("ImageStatus right after PullImage: %v %v", st.GetImage(), err)
+		}
+		repoDigest := digestRef(e.upstream.Host(), "reach/app", img)
+		if !contains(st.GetImage().GetRepoTags(), img.Ref) || !contains(st.GetImage().GetRepoDigests(), repoDigest) {
+			t.Fatalf("ImageStatus names %v / %v", st.GetImage().GetRepoTags(), st.GetImage().GetRepoDigests())
+		}
+		for _, name := range []string{img.Ref, repoDigest, id} {
+			if got := e.imageLabels("k8s.io", name)["io.cri-containerd.image"]; got != "managed" {
+				t.Errorf("record %s: io.cri-containerd.image = %q, want managed", name, got)
+			}
+		}
+		e.assertSource(img.Ref, img, e.mirror.Host()+"/reach/app:v1")
+		if got := e.metric(`pullwise_pulls_total{outcome="pulled"}`); got != 1 {
+			t.Fatalf(`pullwise_pulls_total{outcome="pulled"} = %v: the pull did not go through Pullwise`, got)
+		}
+	})
+}
+
+// TestDiscardUnpackedLayers: with discard_unpacked_layers, a pull leaves no
+// layer blob once GC ran, as stock's local path does in the same test, and
+// keeps manifest, config and snapshots: a container runs from the image,
+// and a re-pull costs one HEAD and no blob.
+func TestDiscardUnpackedLayers(t *testing.T) {
+	e, _ := newPodEnv(t, envOptions{criImages: criDiscard.toml})
+	app := e.pushRunnable("discard/app", "v1", 9200)
+	ctx := context.Background()
+
+	stock := e.sibling(daemon.Options{Binary: daemon.Bin("containerd-stock"), CRIImages: criDiscard.toml})
+	for _, d := range []struct {
+		name string
+		e    *env
+	}{{"stock", stock}, {"pullwise", e}} {
+		if _, err := d.e.images.PullImage(ctx, criImage(app.Ref), nil, nil); err != nil {
+			t.Fatalf("%s: PullImage: %v", d.name, err)
+		}
+		d.e.collectGarbage()
+		if kept := d.e.committed(app.Layers...); len(kept) != 0 {
+			t.Errorf("%s: layer blobs %v still in the content store after GC", d.name, kept)
+		}
+		if kept := d.e.committed(app.Digest, app.Config); len(kept) != 2 {
+			t.Errorf("%s: manifest and config: only %v kept", d.name, kept)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	id, err := e.images.PullImage(ctx, criImage(app.Ref), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podID, podCfg := e.runPod(t, "discard")
+	e.startContainer(t, e.createContainer(t, podID, podCfg, "app", id))
+
+	if err := e.upstream.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.upstream.Reset()
+	if _, err := e.images.PullImage(ctx, criImage(app.Ref), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.upstream.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := e.upstream.Requests(); len(reqs) != 1 || reqs[0].Method != "HEAD" {
+		t.Fatalf("re-pull of a present image with discarded layers sent %v, want 1 HEAD", reqs)
+	}
+	e.collectGarbage()
+	if kept := e.committed(app.Layers...); len(kept) != 0 {
+		t.Fatalf("layers %v kept after the re-pull and GC", kept)
+	}
+}
+
+// TestDeprecatedRegistryMirrors: CRI's deprecated registry.mirrors (with
+// no config_path) still send pulls to the mirror first, through Pullwise:
+// the pull source names the mirror.
+func TestDeprecatedRegistryMirrors(t *testing.T) {
+	e := newEnv(t, envOptions{mirror: mirrorSeeded})
+	img := e.push("mirrors/app", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 2950})
+	mirrors := fmt.Sprintf("[plugins.\"io.containerd.cri.v1.images\".registry.mirrors.%q]\n  endpoint = [%q]\n",
+		e.upstream.Host(), e.mirror.URL())
+	// A daemon of its own with no hosts.toml: config_path and mirrors
+	// cannot both be set.
+	m := *e
+	m.d = daemon.Start(t, daemon.Options{ExtraConfig: mirrors})
+	m.connect()
+	m.criPull(img.Ref)
+	m.assertSource(img.Ref, img, e.mirror.Host()+"/mirrors/app:v1")
+	if err := e.upstream.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.upstream.Count(func(r registry.Request) bool { return r.Kind == registry.KindBlob }); n != 0 {
+		t.Fatalf("upstream served %d blobs, want none: the mirror has them", n)
+	}
+}
