@@ -61,8 +61,10 @@ func firstBlob(r *registry.Registry) []string {
 	return order
 }
 
-func TestGateHoldsLimitNodeWide(t *testing.T) {
-	e := newEnv(t, envOptions{extraConfig: gateConfig(3, "0s")})
+func TestGateHoldsLimitNodeWide(t *testing.T) { forEachCRIPullConfig(t, testGateHoldsLimitNodeWide) }
+
+func testGateHoldsLimitNodeWide(t *testing.T, criImages string) {
+	e := newEnv(t, envOptions{criImages: criImages, extraConfig: gateConfig(3, "0s")})
 	const n = 30
 	var refs []string
 	for i := range n {
@@ -147,8 +149,10 @@ func TestGateQueueIsFIFO(t *testing.T) {
 	}
 }
 
-func TestGateQueueTimeout(t *testing.T) {
-	e := newEnv(t, envOptions{extraConfig: gateConfig(1, "300ms")})
+func TestGateQueueTimeout(t *testing.T) { forEachCRIPullConfig(t, testGateQueueTimeout) }
+
+func testGateQueueTimeout(t *testing.T, criImages string) {
+	e := newEnv(t, envOptions{criImages: criImages, extraConfig: gateConfig(1, "300ms")})
 	held := e.push("timeout/held", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 300})
 	queued := e.push("timeout/queued", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 301})
 	release := e.upstream.HoldBlobs(t, func(repo string) bool { return repo == "timeout/held" })
@@ -238,7 +242,11 @@ func TestGateCancelledPullsLeakNothing(t *testing.T) {
 }
 
 func TestGateDedupesIdenticalPulls(t *testing.T) {
-	e := newEnv(t, envOptions{extraConfig: gateConfig(3, "0s")})
+	forEachCRIPullConfig(t, testGateDedupesIdenticalPulls)
+}
+
+func testGateDedupesIdenticalPulls(t *testing.T, criImages string) {
+	e := newEnv(t, envOptions{criImages: criImages, extraConfig: gateConfig(3, "0s")})
 	img := e.push("dedupe/app", "v1", registry.Image{Layers: []int64{64 << 10, 64 << 10, 64 << 10, 64 << 10}, Seed: 500})
 	release := e.upstream.HoldBlobs(t, func(string) bool { return true })
 	ctx := context.Background()
@@ -283,8 +291,10 @@ func TestGateDedupesIdenticalPulls(t *testing.T) {
 	}
 }
 
-func TestGateFastPath(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestGateFastPath(t *testing.T) { forEachCRIPullConfig(t, testGateFastPath) }
+
+func testGateFastPath(t *testing.T, criImages string) {
+	e := newEnv(t, envOptions{criImages: criImages})
 	img := e.push("fast/app", "v1", registry.Image{Layers: []int64{64 << 10}, Seed: 600})
 	ctx := context.Background()
 	if _, err := e.images.PullImage(ctx, criImage(img.Ref), nil, nil); err != nil {

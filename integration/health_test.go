@@ -76,6 +76,10 @@ func seededImages(e *env, prefix string, n int) []string {
 // connections costs one request in the first pull and none in the next
 // pulls, all of which succeed from upstream.
 func TestRegistryHealthSkipsFailedMirror(t *testing.T) {
+	forEachCRIPullConfig(t, testRegistryHealthSkipsFailedMirror)
+}
+
+func testRegistryHealthSkipsFailedMirror(t *testing.T, criImages string) {
 	for _, tc := range []struct {
 		name    string
 		breakIt func(e *env)
@@ -90,7 +94,7 @@ func TestRegistryHealthSkipsFailedMirror(t *testing.T) {
 		}, "unreachable", "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{mirror: mirrorSeeded, extraConfig: healthConfig(time.Hour, time.Hour, 0, 0)})
+			e := newEnv(t, envOptions{criImages: criImages, mirror: mirrorSeeded, extraConfig: healthConfig(time.Hour, time.Hour, 0, 0)})
 			refs := seededImages(e, "skip", 5)
 			tc.breakIt(e)
 			mirrorEP := endpointOf(e.mirror)

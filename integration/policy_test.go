@@ -239,6 +239,10 @@ func TestPullPolicies(t *testing.T) {
 // TestIfNewerNotPresentThroughCRI covers stock kubelets: the pod
 // annotation, which kubelet copies into the ImageSpec, and the node config.
 func TestIfNewerNotPresentThroughCRI(t *testing.T) {
+	forEachCRIPullConfig(t, testIfNewerNotPresentThroughCRI)
+}
+
+func testIfNewerNotPresentThroughCRI(t *testing.T, criImages string) {
 	for _, tc := range []struct {
 		name        string
 		extraConfig string
@@ -248,7 +252,7 @@ func TestIfNewerNotPresentThroughCRI(t *testing.T) {
 		{name: "node config", extraConfig: "[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  always_pull_policy = \"IfNewerNotPresent\"\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{extraConfig: tc.extraConfig})
+			e := newEnv(t, envOptions{criImages: criImages, extraConfig: tc.extraConfig})
 			img := e.push("kubelet/app", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 940})
 			spec := &criapi.ImageSpec{Image: img.Ref, Annotations: tc.annotations}
 			ctx := context.Background()

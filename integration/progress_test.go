@@ -86,8 +86,10 @@ func readStream(t *testing.T, ctx context.Context, url string) <-chan progressLi
 	return out
 }
 
-func TestProgressStreamOfAPull(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestProgressStreamOfAPull(t *testing.T) { forEachCRIPullConfig(t, testProgressStreamOfAPull) }
+
+func testProgressStreamOfAPull(t *testing.T, criImages string) {
+	e := newEnv(t, envOptions{criImages: criImages})
 	img := e.push("progress/app", "v1", registry.Image{Layers: []int64{1 << 20, 1 << 20}, Seed: 1000})
 	throttleBlobs(e.upstream, 512<<10)
 	ctx := context.Background()

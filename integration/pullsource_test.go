@@ -249,7 +249,11 @@ func TestPullSourceSplitBlobs(t *testing.T) {
 }
 
 func TestPullSourceFollowsRepullAndRestart(t *testing.T) {
-	e := newEnv(t, envOptions{mirror: mirrorSeeded})
+	forEachCRIPullConfig(t, testPullSourceFollowsRepullAndRestart)
+}
+
+func testPullSourceFollowsRepullAndRestart(t *testing.T, criImages string) {
+	e := newEnv(t, envOptions{criImages: criImages, mirror: mirrorSeeded})
 	img := e.push("moving/app", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 820})
 	e.criPull(img.Ref)
 	e.assertSource(img.Ref, img, e.mirror.Host()+"/moving/app:v1")
