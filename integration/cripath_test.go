@@ -2,11 +2,15 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"reflect"
 	"strings"
 	"testing"
 
 	leasesapi "github.com/containerd/containerd/api/services/leases/v1"
+	snapshotsapi "github.com/containerd/containerd/api/services/snapshots/v1"
 	"github.com/opencontainers/go-digest"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
@@ -186,5 +190,59 @@ func TestDeprecatedRegistryMirrors(t *testing.T) {
 	}
 	if n := e.upstream.Count(func(r registry.Request) bool { return r.Kind == registry.KindBlob }); n != 0 {
 		t.Fatalf("upstream served %d blobs, want none: the mirror has them", n)
+	}
+}
+
+// snapshotLabels lists, per committed snapshot, the labels a remote
+// snapshotter reads (containerd.io/snapshot/cri.*), as
+// `ctr snapshots info` shows them.
+func (e *env) snapshotLabels() map[string]map[string]string {
+	e.t.Helper()
+	stream, err := snapshotsapi.NewSnapshotsClient(e.conn).List(inNamespace("k8s.io"), &snapshotsapi.ListSnapshotsRequest{Snapshotter: e.d.Snapshotter})
+	if err != nil {
+		e.t.Fatalf("list snapshots: %v", err)
+	}
+	out := map[string]map[string]string{}
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			e.t.Fatalf("list snapshots: %v", err)
+		}
+		for _, info := range resp.GetInfo() {
+			for k, v := range info.GetLabels() {
+				if strings.HasPrefix(k, "containerd.io/snapshot/cri.") {
+					if out[info.GetName()] == nil {
+						out[info.GetName()] = map[string]string{}
+					}
+					out[info.GetName()][k] = v
+				}
+			}
+		}
+	}
+}
+
+// TestSnapshotAnnotations: with snapshot annotations on, each layer's
+// snapshot carries the labels a remote snapshotter reads, the same as
+// stock's local path gives them in the same test.
+func TestSnapshotAnnotations(t *testing.T) {
+	e := newEnv(t, envOptions{criImages: criAnnotations.toml})
+	img := e.push("annotations/app", "v1", registry.Image{Layers: []int64{16 << 10, 16 << 10, 16 << 10}, Seed: 2970})
+	stock := e.sibling(daemon.Options{Binary: daemon.Bin("containerd-stock"), CRIImages: criAnnotations.toml})
+	got := map[string]map[string]map[string]string{}
+	for _, d := range []struct {
+		name string
+		e    *env
+	}{{"stock", stock}, {"pullwise", e}} {
+		d.e.criPull(img.Ref)
+		got[d.name] = d.e.snapshotLabels()
+	}
+	if len(got["stock"]) == 0 {
+		t.Fatal("stock left no containerd.io/snapshot/cri.* label on any snapshot: nothing to compare")
+	}
+	if !reflect.DeepEqual(got["stock"], got["pullwise"]) {
+		t.Fatalf("snapshot labels differ:\nstock    %v\npullwise %v", got["stock"], got["pullwise"])
 	}
 }

@@ -63,6 +63,7 @@ func mirrorHostsTOML(host string, endpoints []string) (string, error) {
 		server = defaultScheme(d) + "://" + d
 	}
 	var hosts []string
+	seen := map[string]bool{}
 	for _, e := range endpoints {
 		if !strings.Contains(e, "://") {
 			u, err := url.Parse("dummy://" + e)
@@ -75,6 +76,12 @@ func mirrorHostsTOML(host string, endpoints []string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("endpoint %q: %w", e, err)
 		}
+		// CRI would try a repeated endpoint twice; hosts.toml refuses a
+		// repeated host table, and with it the whole file.
+		if seen[e] {
+			continue
+		}
+		seen[e] = true
 		if host != "*" && u.Host == host {
 			server = e
 			continue
@@ -83,17 +90,25 @@ func mirrorHostsTOML(host string, endpoints []string) (string, error) {
 	}
 	if server != "" {
 		fmt.Fprintf(&b, "server = %s\n", strconv.Quote(server))
+		if hasPath(server) {
+			b.WriteString("override_path = true\n")
+		}
 	}
 	for _, e := range hosts {
-		u, _ := url.Parse(e)
 		fmt.Fprintf(&b, "\n[host.%s]\n  capabilities = [\"pull\", \"resolve\"]\n", strconv.Quote(e))
-		// CRI's local path uses an endpoint's own path as the API root,
-		// with /v2 only when it has none; hosts.toml would append /v2.
-		if u.Path != "" && u.Path != "/" {
+		if hasPath(e) {
 			b.WriteString("  override_path = true\n")
 		}
 	}
 	return b.String(), nil
+}
+
+// hasPath reports whether an endpoint names its own API root: CRI's local
+// path then uses it as is, with /v2 only when there is none, where
+// hosts.toml would append /v2.
+func hasPath(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	return err == nil && u.Path != "" && u.Path != "/"
 }
 
 // defaultScheme is CRI's: plain HTTP for localhost, else HTTPS.

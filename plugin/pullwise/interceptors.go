@@ -60,19 +60,11 @@ func init() {
 			if p := ic.Plugins().Get(plugins.GRPCPlugin, "pullwise"); p != nil {
 				c = p.Config.(*Config)
 			}
-			m, err := ic.GetSingle(plugins.MetadataPlugin)
+			db, ts, err := metadataAndTransfer(ic)
 			if err != nil {
 				return nil, err
 			}
-			t, err := ic.GetSingle(plugins.TransferPlugin)
-			if err != nil {
-				return nil, err
-			}
-			ts, ok := t.(*transfer.Service)
-			if !ok {
-				return nil, fmt.Errorf("transfer plugin is %T, not Pullwise's", t)
-			}
-			store := metadata.NewImageStore(m.(*metadata.DB))
+			store := metadata.NewImageStore(db)
 			nodeWide := c.AlwaysPullPolicy == PolicyIfNewerNotPresent
 			log.G(ic.Context).WithField("always_pull_policy", c.AlwaysPullPolicy).Info("CRI pull policy")
 			return policy.NewInterceptor(newDecider(ic.Plugins(), ts, store, pullsource.New(store)), nodeWide), nil
@@ -114,19 +106,11 @@ func init() {
 const criPullID = "cri-pull"
 
 func initCRIPull(ic *plugin.InitContext) (any, error) {
-	m, err := ic.GetSingle(plugins.MetadataPlugin)
+	db, ts, err := metadataAndTransfer(ic)
 	if err != nil {
 		return nil, err
 	}
-	t, err := ic.GetSingle(plugins.TransferPlugin)
-	if err != nil {
-		return nil, err
-	}
-	ts, ok := t.(*transfer.Service)
-	if !ok {
-		return nil, fmt.Errorf("transfer plugin is %T, not Pullwise's", t)
-	}
-	p, err := newCRIPuller(ic, ts, m.(*metadata.DB))
+	p, err := newCRIPuller(ic, ts, db)
 	if err != nil {
 		// CRI keeps pulling on its own path, without Pullwise.
 		log.G(ic.Context).WithError(err).Warn("!!! " + service.BypassWarning(nil))
@@ -138,4 +122,22 @@ func initCRIPull(ic *plugin.InitContext) (any, error) {
 			Info("CRI would pull on its local path; Pullwise serves CRI pulls through the transfer service, keeping those options")
 	}
 	return cripull.Interceptor{Puller: p}, nil
+}
+
+// metadataAndTransfer returns the metadata store and Pullwise's transfer
+// service, which interceptors that pull or decide pulls work with.
+func metadataAndTransfer(ic *plugin.InitContext) (*metadata.DB, *transfer.Service, error) {
+	m, err := ic.GetSingle(plugins.MetadataPlugin)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := ic.GetSingle(plugins.TransferPlugin)
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, ok := t.(*transfer.Service)
+	if !ok {
+		return nil, nil, fmt.Errorf("transfer plugin is %T, not Pullwise's", t)
+	}
+	return m.(*metadata.DB), ts, nil
 }
