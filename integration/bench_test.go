@@ -34,6 +34,12 @@ type contenders struct {
 }
 
 func newContenders(b *testing.B, pullwiseConfig string) contenders {
+	return newContendersWith(b, pullwiseConfig, "")
+}
+
+// newContendersWith gives both daemons criImages, TOML for CRI's image
+// plugin (such as discard_unpacked_layers).
+func newContendersWith(b *testing.B, pullwiseConfig, criImages string) contenders {
 	stockBin := daemon.Bin("containerd-stock")
 	if _, err := os.Stat(stockBin); err != nil {
 		b.Fatalf("stock containerd missing (make bench builds it): %v", err)
@@ -43,8 +49,8 @@ func newContenders(b *testing.B, pullwiseConfig string) contenders {
 	// (max_concurrent_unpacks = 2, say), PULLWISE_BENCH_STOCK_TRANSFER the
 	// same for stock: to measure a setting against stock at its defaults,
 	// or both with it.
-	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig, transfer: os.Getenv("PULLWISE_BENCH_TRANSFER"), logLevel: "info"})
-	stock := pw.sibling(daemon.Options{Binary: stockBin, LogLevel: "info", Transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER")})
+	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig, criImages: criImages, transfer: os.Getenv("PULLWISE_BENCH_TRANSFER"), logLevel: "info"})
+	stock := pw.sibling(daemon.Options{Binary: stockBin, LogLevel: "info", CRIImages: criImages, Transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER")})
 	return contenders{stock: stock, pullwise: pw}
 }
 
@@ -146,9 +152,19 @@ func (c contenders) each(i int, fn func(name string, e *env)) {
 // PULLWISE_BENCH_TRACE=prefix writes execution traces (go tool trace) the
 // same way.
 func BenchmarkDifferentImages(b *testing.B) {
-	benchBurst(b, "diff", func(int) registry.Image {
-		return registry.Image{Layers: []int64{4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20}, Compressible: true}
-	})
+	benchBurst(b, "diff", "", differentImage)
+}
+
+func differentImage(int) registry.Image {
+	return registry.Image{Layers: []int64{4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20}, Compressible: true}
+}
+
+// BenchmarkDifferentImagesDiscard: BenchmarkDifferentImages with CRI's
+// discard_unpacked_layers on both daemons, as EKS, GKE and Talos ship it.
+// Stock then pulls on its local path (client.Pull); Pullwise through its
+// transfer service, served by the cri-pull interceptor.
+func BenchmarkDifferentImagesDiscard(b *testing.B) {
+	benchBurst(b, "discard", "  discard_unpacked_layers = true\n", differentImage)
 }
 
 // BenchmarkMixedImages: as BenchmarkDifferentImages, but every fourth
@@ -157,7 +173,7 @@ func BenchmarkDifferentImages(b *testing.B) {
 // node between all pulls, so the small ones finish early on their own; a
 // FIFO queue makes a small pull wait behind large ones asked for before it.
 func BenchmarkMixedImages(b *testing.B) {
-	benchBurst(b, "mixed", func(j int) registry.Image {
+	benchBurst(b, "mixed", "", func(j int) registry.Image {
 		if j%4 == 0 {
 			return registry.Image{Layers: []int64{16 << 20, 16 << 20, 16 << 20, 16 << 20, 16 << 20}, Compressible: true}
 		}
@@ -171,7 +187,7 @@ func BenchmarkMixedImages(b *testing.B) {
 // unpack a rebase and a mount per layer, a request per blob) weighs more
 // than inflating and writing.
 func BenchmarkManyLayers(b *testing.B) {
-	benchBurst(b, "layers", func(int) registry.Image {
+	benchBurst(b, "layers", "", func(int) registry.Image {
 		layers := make([]int64, 16)
 		for i := range layers {
 			layers[i] = 256 << 10
@@ -181,12 +197,13 @@ func BenchmarkManyLayers(b *testing.B) {
 }
 
 // benchBurst pulls 20 images, image(j) the j-th, concurrently on both
-// daemons, on both network profiles, and reports the ratios.
-func benchBurst(b *testing.B, name string, image func(j int) registry.Image) {
+// daemons (both with criImages for CRI's image plugin), on both network
+// profiles, and reports the ratios.
+func benchBurst(b *testing.B, name, criImages string, image func(j int) registry.Image) {
 	const pulls = 20
 	for _, profile := range []string{"loopback", "wan"} {
 		b.Run(profile, func(b *testing.B) {
-			c := newContenders(b, gateConfig(benchLimit, "0s"))
+			c := newContendersWith(b, gateConfig(benchLimit, "0s"), criImages)
 			host := c.pullwise.upstream.Host()
 			if profile == "wan" {
 				host = c.pullwise.upstream.ServeWAN(b, registry.DefaultWAN)

@@ -2,20 +2,19 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	leasesapi "github.com/containerd/containerd/api/services/leases/v1"
-	snapshotsapi "github.com/containerd/containerd/api/services/snapshots/v1"
 	"github.com/opencontainers/go-digest"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
 	"github.com/pullwise/pullwise/integration/daemon"
 	"github.com/pullwise/pullwise/integration/registry"
+	"github.com/pullwise/pullwise/integration/snapshotter"
 )
 
 // criPullConfig is a CRI image config nodes ship; every one but the default
@@ -168,6 +167,48 @@ func TestDiscardUnpackedLayers(t *testing.T) {
 	if kept := e.committed(app.Layers...); len(kept) != 0 {
 		t.Fatalf("layers %v kept after the re-pull and GC", kept)
 	}
+
+	// An image on the same base fetches only the layer it adds: the base's
+	// snapshots are there, though its blobs are not.
+	base := registry.Image{Layers: []int64{64 << 10, 64 << 10}, Seed: 2980}
+	first := e.push("discard/first", "v1", base)
+	if _, err := e.images.PullImage(ctx, criImage(first.Ref), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.collectGarbage()
+	onBase := base
+	onBase.Files = map[string][]byte{"/second": []byte("second")}
+	second := e.push("discard/second", "v1", onBase)
+	if second.Layers[0] != first.Layers[0] || second.Layers[1] != first.Layers[1] {
+		t.Fatalf("the images share no base: %v and %v", first.Layers, second.Layers)
+	}
+	if err := e.upstream.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.upstream.Reset()
+	if _, err := e.images.PullImage(ctx, criImage(second.Ref), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.upstream.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range e.upstream.Requests() {
+		if r.Kind == registry.KindBlob && r.Method == "GET" {
+			got = append(got, r.Reference)
+		}
+	}
+	want := []string{second.Config.String(), second.Layers[2].String()}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("pull on a discarded base fetched blobs %v, want only its config and new layer %v", got, want)
+	}
+	// It gave its slot back once its own blobs were in, as any pull does,
+	// though the base's blobs never came.
+	if !timelineHas(e.d.Log(), second.Ref, "fetched=") {
+		t.Fatalf("the pull on a discarded base never counted as done fetching:\n%s", logLine(e.d.Log(), "image pull timeline", second.Ref))
+	}
 }
 
 // TestDeprecatedRegistryMirrors: CRI's deprecated registry.mirrors (with
@@ -193,56 +234,57 @@ func TestDeprecatedRegistryMirrors(t *testing.T) {
 	}
 }
 
-// snapshotLabels lists, per committed snapshot, the labels a remote
-// snapshotter reads (containerd.io/snapshot/cri.*), as
-// `ctr snapshots info` shows them.
-func (e *env) snapshotLabels() map[string]map[string]string {
-	e.t.Helper()
-	stream, err := snapshotsapi.NewSnapshotsClient(e.conn).List(inNamespace("k8s.io"), &snapshotsapi.ListSnapshotsRequest{Snapshotter: e.d.Snapshotter})
-	if err != nil {
-		e.t.Fatalf("list snapshots: %v", err)
-	}
-	out := map[string]map[string]string{}
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			e.t.Fatalf("list snapshots: %v", err)
-		}
-		for _, info := range resp.GetInfo() {
-			for k, v := range info.GetLabels() {
-				if strings.HasPrefix(k, "containerd.io/snapshot/cri.") {
-					if out[info.GetName()] == nil {
-						out[info.GetName()] = map[string]string{}
-					}
-					out[info.GetName()][k] = v
-				}
+// criLabels keeps of each label set the labels snapshot annotations give
+// (containerd.io/snapshot/cri.*), leaving out sets with none, ordered by
+// layer digest.
+func criLabels(sets []map[string]string) []map[string]string {
+	var out []map[string]string
+	for _, l := range sets {
+		kept := map[string]string{}
+		for k, v := range l {
+			if strings.HasPrefix(k, "containerd.io/snapshot/cri.") {
+				kept[k] = v
 			}
 		}
+		if len(kept) > 0 {
+			out = append(out, kept)
+		}
 	}
+	slices.SortFunc(out, func(a, b map[string]string) int {
+		return strings.Compare(a["containerd.io/snapshot/cri.layer-digest"], b["containerd.io/snapshot/cri.layer-digest"])
+	})
+	return out
 }
 
-// TestSnapshotAnnotations: with snapshot annotations on, each layer's
-// snapshot carries the labels a remote snapshotter reads, the same as
-// stock's local path gives them in the same test.
+// TestSnapshotAnnotations: with snapshot annotations on, a remote
+// snapshotter (a recording proxy snapshotter here) receives for each
+// layer's snapshot the labels stock's local path gives it, in the same
+// test.
 func TestSnapshotAnnotations(t *testing.T) {
-	e := newEnv(t, envOptions{criImages: criAnnotations.toml})
+	e := newEnv(t, envOptions{})
 	img := e.push("annotations/app", "v1", registry.Image{Layers: []int64{16 << 10, 16 << 10, 16 << 10}, Seed: 2970})
-	stock := e.sibling(daemon.Options{Binary: daemon.Bin("containerd-stock"), CRIImages: criAnnotations.toml})
-	got := map[string]map[string]map[string]string{}
-	for _, d := range []struct {
-		name string
-		e    *env
-	}{{"stock", stock}, {"pullwise", e}} {
-		d.e.criPull(img.Ref)
-		got[d.name] = d.e.snapshotLabels()
+	got := map[string][]map[string]string{}
+	for _, name := range []string{"stock", "pullwise"} {
+		rec := snapshotter.Start(t, t.TempDir())
+		opts := daemon.Options{
+			HostsDir:    e.hostsDir,
+			CRIImages:   criAnnotations.toml,
+			Snapshotter: "recording",
+			ExtraConfig: fmt.Sprintf("[proxy_plugins.recording]\n  type = \"snapshot\"\n  address = %q\n", rec.Socket),
+		}
+		if name == "stock" {
+			opts.Binary = daemon.Bin("containerd-stock")
+		}
+		d := *e
+		d.d = daemon.Start(t, opts)
+		d.connect()
+		d.criPull(img.Ref)
+		got[name] = criLabels(rec.Prepared())
 	}
-	if len(got["stock"]) == 0 {
-		t.Fatal("stock left no containerd.io/snapshot/cri.* label on any snapshot: nothing to compare")
+	if len(got["stock"]) != len(img.Layers) {
+		t.Fatalf("stock gave %d layer snapshots cri.* labels, want one per layer (%d): %v", len(got["stock"]), len(img.Layers), got["stock"])
 	}
 	if !reflect.DeepEqual(got["stock"], got["pullwise"]) {
-		t.Fatalf("snapshot labels differ:\nstock    %v\npullwise %v", got["stock"], got["pullwise"])
+		t.Fatalf("labels the snapshotter received differ:\nstock    %v\npullwise %v", got["stock"], got["pullwise"])
 	}
 }

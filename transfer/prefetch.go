@@ -35,11 +35,12 @@ func (s *Service) startPrefetch(ctx context.Context, p *pull, rec *source.Fetche
 	if resolved != nil {
 		desc = *resolved
 	}
-	platform := platforms.Only(dst.(transfer.ImageUnpacker).UnpackPlatforms()[0].Platform)
+	unpack := dst.(transfer.ImageUnpacker).UnpackPlatforms()[0]
+	platform := platforms.Only(unpack.Platform)
 	go func() {
 		defer close(pf.done)
 		var missing int64
-		pf.desc, missing, pf.err = rec.Prefetch(ctx, desc, platform, s.local.present(ctx))
+		pf.desc, missing, pf.err = rec.Prefetch(ctx, desc, platform, s.local.present(ctx), s.local.snapshotted(ctx, unpack))
 		if pf.err == nil {
 			ticket.Size(missing)
 			s.pulls.sized(p, missing)

@@ -102,3 +102,31 @@ func (l Local) present(ctx context.Context) func(digest.Digest) bool {
 		return err == nil
 	}
 }
+
+// snapshotted counts the leading layers of an image whose chain of
+// snapshots exists in the snapshotter u unpacks into, as containerd's
+// unpacker checks before it fetches a layer. It needs the image's config
+// in the content store for the layers' diff IDs; without it, or on any
+// error, it counts none, and the pull is watched as if it fetched them.
+func (l Local) snapshotted(ctx context.Context, u transfer.UnpackConfiguration) func(digest.Digest, []ocispec.Descriptor) int {
+	return func(config digest.Digest, layers []ocispec.Descriptor) int {
+		sn := l.Snapshotter(u.Snapshotter)
+		if sn == nil || l.Content == nil {
+			return 0
+		}
+		info, err := l.Content.Info(ctx, config)
+		if err != nil {
+			return 0
+		}
+		diffIDs, err := images.RootFS(ctx, l.Content, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: config, Size: info.Size})
+		if err != nil || len(diffIDs) != len(layers) {
+			return 0
+		}
+		for i, chainID := range identity.ChainIDs(diffIDs) {
+			if _, err := sn.Stat(ctx, chainID.String()); err != nil {
+				return i
+			}
+		}
+		return len(layers)
+	}
+}

@@ -235,6 +235,9 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 				s.pulls.fetched(p)
 				turn.Fetched(release)
 			})
+			// Layers whose snapshots exist are not fetched, though their
+			// blobs may be gone (CRI's discard_unpacked_layers).
+			rec.OnUnpacked(s.local.snapshotted(ctx, dst.(transfer.ImageUnpacker).UnpackPlatforms()[0]))
 			// Downloads and unpacking serve first the pull that would be
 			// done first, by when it was asked for and what it has left
 			// (lane.Ticket).

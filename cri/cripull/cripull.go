@@ -134,7 +134,8 @@ func (p *Puller) pull(ctx context.Context, r *runtime.PullImageRequest) (string,
 		if cause := context.Cause(pctx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 			err = cause
 		}
-		return "", fmt.Errorf("pull and unpack image %q: %w", ref, err)
+		// CRI's words, which kubelet shows in pod events.
+		return "", fmt.Errorf("failed to pull and unpack image %q: %w", ref, err)
 	}
 
 	img, err := p.deps.Images.Get(ctx, ref)

@@ -49,6 +49,10 @@ type Options struct {
 	Binary string
 	// LogLevel defaults to debug.
 	LogLevel string
+	// Snapshotter, when set, is the snapshotter CRI and the transfer
+	// service unpack into (a proxy snapshotter that ExtraConfig declares,
+	// say) instead of overlayfs or native.
+	Snapshotter string
 }
 
 // Daemon is a running containerd.
@@ -133,11 +137,14 @@ func Start(t testing.TB, opts Options) *Daemon {
 		Root:        filepath.Join(dir, "root"),
 		State:       filepath.Join(dir, "state"),
 		Socket:      filepath.Join(dir, "containerd.sock"),
-		Snapshotter: snapshotter(t, dir),
+		Snapshotter: opts.Snapshotter,
 		MetricsAddr: FreeAddr(t),
 		DebugSocket: filepath.Join(dir, "debug.sock"),
 		logPath:     filepath.Join(dir, "containerd.log"),
 		exited:      make(chan struct{}),
+	}
+	if d.Snapshotter == "" {
+		d.Snapshotter = snapshotter(t, dir)
 	}
 	// Cleanups run last-in first-out: stop the daemon, then unmount, then
 	// remove the directory.

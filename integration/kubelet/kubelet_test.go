@@ -19,12 +19,25 @@ import (
 // behaviours that need nothing else of the node, in order: each subtest
 // leaves its pods running, and the last restarts containerd under all of
 // them. Starting a node takes seconds; sharing it keeps `make test` short.
+// platformConfigs are CRI image configs the big platforms ship besides
+// the default; each sends stock CRI down its local pull path.
+var platformConfigs = []struct{ name, criImages string }{
+	{name: "default"},
+	{name: "EKS-shaped", criImages: "  discard_unpacked_layers = true\n"},
+	{name: "RKE2-shaped", criImages: "  use_local_image_pull = true\n"},
+}
+
+// TestKubelet runs on each of platformConfigs: the features hold on all.
 func TestKubelet(t *testing.T) {
-	n := newNode(t, nodeOptions{})
-	t.Run("PullSource", func(t *testing.T) { testPullSource(t, n) })
-	t.Run("Progress", func(t *testing.T) { testProgress(t, n) })
-	t.Run("IfNewerNotPresent", func(t *testing.T) { testIfNewerNotPresent(t, n) })
-	t.Run("ContainerdRestart", func(t *testing.T) { testContainerdRestart(t, n) })
+	for _, c := range platformConfigs {
+		t.Run(c.name, func(t *testing.T) {
+			n := newNode(t, nodeOptions{criImages: c.criImages})
+			t.Run("PullSource", func(t *testing.T) { testPullSource(t, n) })
+			t.Run("Progress", func(t *testing.T) { testProgress(t, n) })
+			t.Run("IfNewerNotPresent", func(t *testing.T) { testIfNewerNotPresent(t, n) })
+			t.Run("ContainerdRestart", func(t *testing.T) { testContainerdRestart(t, n) })
+		})
+	}
 }
 
 // testPullSource: a static pod whose image comes through the mirror

@@ -16,9 +16,16 @@ import (
 // error, backs off, retries, and every pod ends Running with no pull left
 // behind.
 func TestKubeletTwoLimits(t *testing.T) {
+	for _, c := range platformConfigs {
+		t.Run(c.name, func(t *testing.T) { testKubeletTwoLimits(t, c.criImages) })
+	}
+}
+
+func testKubeletTwoLimits(t *testing.T, criImages string) {
 	n := newNode(t, nodeOptions{
-		pullwise: "[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = 1\n  pull_queue_timeout = \"2s\"\n",
-		kubelet:  Options{MaxParallelImagePulls: 3},
+		criImages: criImages,
+		pullwise:  "[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = 1\n  pull_queue_timeout = \"2s\"\n",
+		kubelet:   Options{MaxParallelImagePulls: 3},
 	})
 	const pods = 3
 	var refs []string

@@ -45,7 +45,10 @@ type nodeOptions struct {
 	// upstream, when set, is reused instead of starting a registry, so
 	// nodes can share seeded images (benchmarks).
 	upstream *registry.Registry
-	kubelet  Options
+	// criImages is TOML for CRI's image plugin, such as a platform's
+	// discard_unpacked_layers.
+	criImages string
+	kubelet   Options
 }
 
 // node is a Pullwise containerd configured with an upstream registry,
@@ -93,7 +96,7 @@ func newNode(t testing.TB, opts nodeOptions) *node {
 	n.d = daemon.Start(t, daemon.Options{
 		HostsDir:    n.hostsDir,
 		Binary:      opts.binary,
-		CRIImages:   fmt.Sprintf("  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", n.pause.Ref),
+		CRIImages:   opts.criImages + fmt.Sprintf("  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", n.pause.Ref),
 		ExtraConfig: opts.pullwise,
 		LogLevel:    "info",
 	})

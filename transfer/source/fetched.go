@@ -26,6 +26,14 @@ type fetchWatch struct {
 	got      map[digest.Digest]int64  // blob bytes read, across range requests
 	manifest bool                     // an image manifest was seen
 	configs  map[digest.Digest]bool   // config blobs of the manifests seen
+	// unpacked, when set, counts the leading layers of an image whose
+	// snapshots exist (see OnUnpacked); image is the last image manifest
+	// seen, what it is asked about.
+	unpacked func(config digest.Digest, layers []ocispec.Descriptor) int
+	image    struct {
+		config digest.Digest
+		layers []ocispec.Descriptor
+	}
 }
 
 // OnFetched calls done once every blob of the pull's image manifest has
@@ -37,6 +45,24 @@ func (r *Recorder) OnFetched(present func(digest.Digest) bool, done func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.fetched = &fetchWatch{present: present, done: done, expected: map[digest.Digest]int64{}, got: map[digest.Digest]int64{}}
+}
+
+// OnUnpacked tells a pull watched with OnFetched which of its layers it
+// will not fetch because their snapshots exist: fn counts the leading
+// layers of an image (its config and manifest layers) whose chain of
+// snapshots is on the node, or 0 when it cannot tell (the config is not
+// local yet). A layer's blob can be gone while its snapshot stays (CRI's
+// discard_unpacked_layers), and containerd's unpacker then skips its
+// download: without this, such a pull would never be done fetching, and
+// its size would count bytes it never asks for. Call it after OnFetched.
+func (r *Recorder) OnUnpacked(fn func(config digest.Digest, layers []ocispec.Descriptor) int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fetched != nil {
+		r.fetched.mu.Lock()
+		r.fetched.unpacked = fn
+		r.fetched.mu.Unlock()
+	}
 }
 
 func (r *Recorder) fetchWatch() *fetchWatch {
@@ -57,9 +83,11 @@ func (w *fetchWatch) manifestBody(b []byte) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	missing := missingBytes(layers, w.present)
+	skipped := w.unpackedLayers(config.Digest, layers)
+	missing := missingBytes(layers, func(d digest.Digest) bool { return skipped[d] || w.present(d) })
 	w.mu.Lock()
 	w.manifest = true
+	w.image.config, w.image.layers = config.Digest, layers
 	if w.configs == nil {
 		w.configs = map[digest.Digest]bool{}
 	}
@@ -83,6 +111,22 @@ func imageManifest(b []byte) (config ocispec.Descriptor, layers []ocispec.Descri
 		return ocispec.Descriptor{}, nil, false
 	}
 	return *m.Config, m.Layers, true
+}
+
+// unpackedLayers returns the layers the pull will not fetch since their
+// snapshots exist; never nil.
+func (w *fetchWatch) unpackedLayers(config digest.Digest, layers []ocispec.Descriptor) map[digest.Digest]bool {
+	out := map[digest.Digest]bool{}
+	w.mu.Lock()
+	fn := w.unpacked
+	w.mu.Unlock()
+	if fn == nil || config == "" {
+		return out
+	}
+	for _, l := range layers[:min(fn(config, layers), len(layers))] {
+		out[l.Digest] = true
+	}
+	return out
 }
 
 // missingBytes adds up the layers not on the node.
@@ -134,10 +178,19 @@ func (w *fetchWatch) check() {
 			missing = append(missing, d)
 		}
 	}
+	config, layers := w.image.config, w.image.layers
 	w.mu.Unlock()
-	// Asked outside the lock: the content store reads its database.
+	// Asked outside the lock: the content store and the snapshotter read
+	// their databases.
+	var skipped map[digest.Digest]bool
 	for _, d := range missing {
-		if !w.present(d) {
+		if w.present(d) {
+			continue
+		}
+		if skipped == nil {
+			skipped = w.unpackedLayers(config, layers)
+		}
+		if !skipped[d] {
 			return
 		}
 	}

@@ -2,6 +2,7 @@ package source
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
@@ -23,18 +24,27 @@ func TestFetchWatch(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		present []digest.Digest
-		steps   []step
-		done    bool
-		left    int64 // layer bytes not on the node, by the image manifest; -1: none seen
+		// unpacked is how many leading layers have snapshots once the
+		// config is local; -1: no OnUnpacked.
+		unpacked int
+		steps    []step
+		done     bool
+		left     int64 // layer bytes not on the node, by the image manifest; -1: none seen
 	}{
-		{"every blob read", nil, []step{{manifest: index}, {manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 100}, {blob: l2, n: 50}}, true, 150},
-		{"resumed with a range", nil, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 60}, {blob: l1, n: 40}, {blob: l2, n: 50}}, true, 150},
-		{"a layer already present", []digest.Digest{l2.Digest}, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 100}}, true, 100},
-		{"everything present", []digest.Digest{config.Digest, l1.Digest, l2.Digest}, []step{{manifest: manifest}}, true, 0},
-		{"a layer short", nil, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 99}, {blob: l2, n: 50}}, false, 150},
-		{"only the index seen", nil, []step{{manifest: index}, {blob: config, n: 10}}, false, -1},
-		{"blobs before the manifest", nil, []step{{blob: config, n: 10}, {blob: l1, n: 100}, {blob: l2, n: 50}}, false, -1},
-		{"a manifest cut short", nil, []step{{manifest: manifest[:len(manifest)/2]}, {blob: config, n: 10}}, false, -1},
+		{"every blob read", nil, -1, []step{{manifest: index}, {manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 100}, {blob: l2, n: 50}}, true, 150},
+		{"resumed with a range", nil, -1, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 60}, {blob: l1, n: 40}, {blob: l2, n: 50}}, true, 150},
+		{"a layer already present", []digest.Digest{l2.Digest}, -1, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 100}}, true, 100},
+		{"everything present", []digest.Digest{config.Digest, l1.Digest, l2.Digest}, -1, []step{{manifest: manifest}}, true, 0},
+		{"a layer short", nil, -1, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l1, n: 99}, {blob: l2, n: 50}}, false, 150},
+		{"only the index seen", nil, -1, []step{{manifest: index}, {blob: config, n: 10}}, false, -1},
+		{"blobs before the manifest", nil, -1, []step{{blob: config, n: 10}, {blob: l1, n: 100}, {blob: l2, n: 50}}, false, -1},
+		{"a manifest cut short", nil, -1, []step{{manifest: manifest[:len(manifest)/2]}, {blob: config, n: 10}}, false, -1},
+		// discard_unpacked_layers: l1's blob is gone, its snapshot is
+		// not, so containerd never fetches it.
+		{"first layer's snapshot kept, config local", []digest.Digest{config.Digest}, 1, []step{{manifest: manifest}, {blob: l2, n: 50}}, true, 50},
+		{"first layer's snapshot kept, config fetched", nil, 1, []step{{manifest: manifest}, {blob: config, n: 10}, {blob: l2, n: 50}}, true, 150},
+		{"every snapshot kept", []digest.Digest{config.Digest}, 2, []step{{manifest: manifest}}, true, 0},
+		{"no snapshot kept", []digest.Digest{config.Digest}, 0, []step{{manifest: manifest}, {blob: l2, n: 50}}, false, 150},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls := 0
@@ -47,6 +57,20 @@ func TestFetchWatch(t *testing.T) {
 				}
 				return false
 			}, func() { calls++ })
+			// The config is local once it was present or read: its
+			// commit follows its last byte.
+			configLocal := slices.Contains(tc.present, config.Digest)
+			if tc.unpacked >= 0 {
+				rec.OnUnpacked(func(c digest.Digest, layers []ocispec.Descriptor) int {
+					if c != config.Digest || len(layers) != 2 {
+						t.Errorf("asked about config %s with %d layers", c, len(layers))
+					}
+					if !configLocal {
+						return 0
+					}
+					return tc.unpacked
+				})
+			}
 			left := int64(-1)
 			for _, s := range tc.steps {
 				if s.manifest != nil {
@@ -56,6 +80,7 @@ func TestFetchWatch(t *testing.T) {
 					continue
 				}
 				rec.blob("mirror", s.blob.Digest.String())(s.n)
+				configLocal = configLocal || s.blob.Digest == config.Digest
 			}
 			// A late byte after completion does not report twice.
 			rec.blob("mirror", config.Digest.String())(1)

@@ -210,6 +210,12 @@ func (f *Fetcher) OnFetched(present func(digest.Digest) bool, done func()) {
 	f.rec.OnFetched(present, done)
 }
 
+// OnUnpacked tells the pull which layers it will not fetch; see
+// Recorder.OnUnpacked.
+func (f *Fetcher) OnUnpacked(fn func(config digest.Digest, layers []ocispec.Descriptor) int) {
+	f.rec.OnUnpacked(fn)
+}
+
 // OnSize reports the bytes the pull has left to fetch; see Recorder.OnSize.
 func (f *Fetcher) OnSize(fn func(bytes int64)) { f.rec.OnSize(fn) }
 

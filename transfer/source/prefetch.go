@@ -29,8 +29,9 @@ const maxPrefetched = 1 << 20
 // choose another manifest, containerd fetches that one from the registry,
 // and the size was only a guess. It returns the reference's descriptor
 // and the bytes of the image's layers that present says are not on the
-// node.
-func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platform platforms.MatchComparer, present func(digest.Digest) bool) (ocispec.Descriptor, int64, error) {
+// node, less those of leading layers whose snapshots exist, as unpacked
+// counts them (see OnUnpacked; nil counts none).
+func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platform platforms.MatchComparer, present func(digest.Digest) bool, unpacked func(config digest.Digest, layers []ocispec.Descriptor) int) (ocispec.Descriptor, int64, error) {
 	if desc.Digest == "" {
 		var err error
 		if _, desc, err = f.Resolve(ctx); err != nil {
@@ -49,7 +50,11 @@ func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platfor
 	f.mu.Lock()
 	f.prefetched = p.got
 	f.mu.Unlock()
-	return desc, missingBytes(m.Layers, present), nil
+	skip := 0
+	if unpacked != nil {
+		skip = min(unpacked(m.Config.Digest, m.Layers), len(m.Layers))
+	}
+	return desc, missingBytes(m.Layers[skip:], present), nil
 }
 
 // manifestProvider lets containerd's images.Manifest walk from a

@@ -199,7 +199,7 @@ func TestPrefetch(t *testing.T) {
 				}
 				return false
 			}
-			desc, size, err := f.Prefetch(ctx, ocispec.Descriptor{}, platforms.Only(amd64), isPresent)
+			desc, size, err := f.Prefetch(ctx, ocispec.Descriptor{}, platforms.Only(amd64), isPresent, nil)
 			if tc.size < 0 {
 				if err == nil {
 					t.Fatal("prefetch succeeded")
