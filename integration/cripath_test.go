@@ -119,7 +119,7 @@ func TestCRIPullsReachPullwiseUnderEveryConfig(t *testing.T) {
 // keeps manifest, config and snapshots: a container runs from the image,
 // and a re-pull costs one HEAD and no blob.
 func TestDiscardUnpackedLayers(t *testing.T) {
-	e, _ := newPodEnv(t, envOptions{criImages: criDiscard.toml})
+	e, pause := newPodEnv(t, envOptions{criImages: criDiscard.toml})
 	app := e.pushRunnable("discard/app", "v1", 9200)
 	ctx := context.Background()
 
@@ -149,6 +149,11 @@ func TestDiscardUnpackedLayers(t *testing.T) {
 	}
 	podID, podCfg := e.runPod(t, "discard")
 	e.startContainer(t, e.createContainer(t, podID, podCfg, "app", id))
+	// RunPodSandbox pulled the sandbox image through Pullwise too: CRI
+	// would have pulled it in process, on its local path.
+	if got, want := e.imageLabels("k8s.io", pause.Ref)[pullSourceLabel], e.upstream.Host()+"/pods/pause:3.10"; got != want {
+		t.Errorf("sandbox image pulled by RunPodSandbox: %s = %q, want %q", pullSourceLabel, got, want)
+	}
 
 	if err := e.upstream.WaitIdle(ctx); err != nil {
 		t.Fatal(err)

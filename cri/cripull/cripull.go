@@ -173,6 +173,34 @@ func (p *Puller) pull(ctx context.Context, r *runtime.PullImageRequest) (string,
 	return imageID, nil
 }
 
+// EnsureSandboxImage pulls the sandbox image for a RunPodSandbox when the
+// node lacks it: CRI would pull it in process, on its local path, past
+// Pullwise. config and runtimeHandler are the sandbox's.
+func (p *Puller) EnsureSandboxImage(ctx context.Context, config *runtime.PodSandboxConfig, runtimeHandler string) error {
+	ref := p.deps.Config.PinnedImages["sandbox"]
+	if ref == "" {
+		return nil
+	}
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		// CRI reports a bad sandbox image itself.
+		return nil
+	}
+	if _, err := p.deps.Images.Get(namespaces.WithNamespace(ctx, criconfig.Namespace), named.String()); err == nil {
+		return nil
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("look up sandbox image %q: %w", ref, err)
+	}
+	req := &runtime.PullImageRequest{
+		Image:         &runtime.ImageSpec{Image: ref, RuntimeHandler: runtimeHandler},
+		SandboxConfig: config,
+	}
+	if _, err := p.pull(ctx, req); err != nil {
+		return fmt.Errorf("failed to pull image %q: %w", ref, err)
+	}
+	return nil
+}
+
 // snapshotter is CRI's choice: the runtime handler's snapshotter
 // (runtime_platforms), else the default one.
 func (p *Puller) snapshotter(ctx context.Context, ref string, r *runtime.PullImageRequest) string {

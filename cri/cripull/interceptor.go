@@ -8,7 +8,10 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-const pullImageMethod = "/runtime.v1.ImageService/PullImage"
+const (
+	pullImageMethod     = "/runtime.v1.ImageService/PullImage"
+	runPodSandboxMethod = "/runtime.v1.RuntimeService/RunPodSandbox"
+)
 
 // Interceptor serves CRI PullImage with the Puller in place of CRI, whose
 // own PullImage would take its local path. It must be the innermost of the
@@ -21,8 +24,18 @@ type Interceptor struct {
 // UnaryServerInterceptor implements interceptor.Unary.
 func (i Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if i.Puller == nil {
+			return handler(ctx, req)
+		}
+		if r, ok := req.(*runtime.RunPodSandboxRequest); ok && info.FullMethod == runPodSandboxMethod {
+			// CRI pulls a missing sandbox image itself, in process.
+			if err := i.Puller.EnsureSandboxImage(ctx, r.GetConfig(), r.GetRuntimeHandler()); err != nil {
+				return nil, errgrpc.ToGRPC(err)
+			}
+			return handler(ctx, req)
+		}
 		r, ok := req.(*runtime.PullImageRequest)
-		if !ok || info.FullMethod != pullImageMethod || i.Puller == nil {
+		if !ok || info.FullMethod != pullImageMethod {
 			return handler(ctx, req)
 		}
 		resp, err := i.Puller.PullImage(ctx, r)
