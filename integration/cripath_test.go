@@ -10,6 +10,7 @@ import (
 
 	leasesapi "github.com/containerd/containerd/api/services/leases/v1"
 	"github.com/opencontainers/go-digest"
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
 	"github.com/pullwise/pullwise/integration/daemon"
@@ -151,8 +152,12 @@ func TestDiscardUnpackedLayers(t *testing.T) {
 	e.startContainer(t, e.createContainer(t, podID, podCfg, "app", id))
 	// RunPodSandbox pulled the sandbox image through Pullwise too: CRI
 	// would have pulled it in process, on its local path.
-	if got, want := e.imageLabels("k8s.io", pause.Ref)[pullSourceLabel], e.upstream.Host()+"/pods/pause:3.10"; got != want {
+	pauseLabels := e.imageLabels("k8s.io", pause.Ref)
+	if got, want := pauseLabels[pullSourceLabel], e.upstream.Host()+"/pods/pause:3.10"; got != want {
 		t.Errorf("sandbox image pulled by RunPodSandbox: %s = %q, want %q", pullSourceLabel, got, want)
+	}
+	if got := pauseLabels["io.cri-containerd.pinned"]; got != "pinned" {
+		t.Errorf("sandbox image pulled by RunPodSandbox: io.cri-containerd.pinned = %q, want pinned", got)
 	}
 
 	if err := e.upstream.WaitIdle(ctx); err != nil {
@@ -291,5 +296,29 @@ func TestSnapshotAnnotations(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got["stock"], got["pullwise"]) {
 		t.Fatalf("labels the snapshotter received differ:\nstock    %v\npullwise %v", got["stock"], got["pullwise"])
+	}
+}
+
+// TestRegistryConfigsAuth: CRI's deprecated registry.configs auth (which
+// sends stock CRI down its local path) is what a pull that carries no
+// credentials presents, through Pullwise; a pull's own credentials come
+// first.
+func TestRegistryConfigsAuth(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	img := e.push("auth/app", "v1", registry.Image{Layers: []int64{16 << 10}, Seed: 2990})
+	e.upstream.SetFault(func(registry.Request) *registry.Fault {
+		return &registry.Fault{RequireBasicAuth: &registry.BasicAuth{User: "u", Password: "p"}}
+	})
+	e.restartWith(t, envOptions{extraConfig: fmt.Sprintf(
+		"[plugins.\"io.containerd.cri.v1.images\".registry.configs.%q.auth]\n  username = \"u\"\n  password = \"p\"\n", e.upstream.Host())})
+	ctx := context.Background()
+	wrong := &criapi.AuthConfig{Username: "u", Password: "wrong"}
+	if _, err := e.images.PullImage(ctx, criImage(img.Ref), wrong, nil); code(err) != "Unauthenticated" {
+		t.Fatalf("pull with its own wrong credentials: %v, want Unauthenticated", err)
+	}
+	e.criPull(img.Ref)
+	e.assertSource(img.Ref, img, e.upstream.Host()+"/auth/app:v1")
+	if got := e.metric(`pullwise_pulls_total{outcome="pulled"}`); got != 1 {
+		t.Fatalf(`pullwise_pulls_total{outcome="pulled"} = %v, want 1`, got)
 	}
 }
