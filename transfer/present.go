@@ -15,6 +15,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/pullwise/pullwise/transfer/source"
 )
 
 // Local is what the node already has: the stores a fast path checks before
@@ -106,27 +108,30 @@ func (l Local) present(ctx context.Context) func(digest.Digest) bool {
 // snapshotted counts the leading layers of an image whose chain of
 // snapshots exists in the snapshotter u unpacks into, as containerd's
 // unpacker checks before it fetches a layer. It needs the image's config
-// in the content store for the layers' diff IDs; without it, or on any
-// error, it counts none, and the pull is watched as if it fetched them.
-func (l Local) snapshotted(ctx context.Context, u transfer.UnpackConfiguration) func(digest.Digest, []ocispec.Descriptor) int {
-	return func(config digest.Digest, layers []ocispec.Descriptor) int {
+// in the content store for the layers' diff IDs: until then it does not
+// know.
+func (l Local) snapshotted(ctx context.Context, u transfer.UnpackConfiguration) source.Unpacked {
+	return func(config digest.Digest, layers []ocispec.Descriptor) (int, bool) {
 		sn := l.Snapshotter(u.Snapshotter)
 		if sn == nil || l.Content == nil {
-			return 0
+			return 0, true
 		}
 		info, err := l.Content.Info(ctx, config)
 		if err != nil {
-			return 0
+			return 0, false
 		}
 		diffIDs, err := images.RootFS(ctx, l.Content, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: config, Size: info.Size})
-		if err != nil || len(diffIDs) != len(layers) {
-			return 0
+		if err != nil {
+			return 0, false
+		}
+		if len(diffIDs) != len(layers) {
+			return 0, true
 		}
 		for i, chainID := range identity.ChainIDs(diffIDs) {
 			if _, err := sn.Stat(ctx, chainID.String()); err != nil {
-				return i
+				return i, true
 			}
 		}
-		return len(layers)
+		return len(layers), true
 	}
 }

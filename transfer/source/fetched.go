@@ -28,13 +28,20 @@ type fetchWatch struct {
 	configs  map[digest.Digest]bool   // config blobs of the manifests seen
 	// unpacked, when set, counts the leading layers of an image whose
 	// snapshots exist (see OnUnpacked); image is the last image manifest
-	// seen, what it is asked about.
-	unpacked func(config digest.Digest, layers []ocispec.Descriptor) int
+	// seen, what it is asked about, and skipped its answer once known:
+	// asked once, not at every blob the pull completes.
+	unpacked Unpacked
 	image    struct {
-		config digest.Digest
-		layers []ocispec.Descriptor
+		config  digest.Digest
+		layers  []ocispec.Descriptor
+		skipped map[digest.Digest]bool
 	}
 }
+
+// Unpacked counts the leading layers of an image (its config and manifest
+// layers) whose chain of snapshots is on the node; known is false when it
+// cannot tell yet, as while the config is not in the content store.
+type Unpacked func(config digest.Digest, layers []ocispec.Descriptor) (n int, known bool)
 
 // OnFetched calls done once every blob of the pull's image manifest has
 // been read from a registry or is already in the content store (present).
@@ -48,14 +55,12 @@ func (r *Recorder) OnFetched(present func(digest.Digest) bool, done func()) {
 }
 
 // OnUnpacked tells a pull watched with OnFetched which of its layers it
-// will not fetch because their snapshots exist: fn counts the leading
-// layers of an image (its config and manifest layers) whose chain of
-// snapshots is on the node, or 0 when it cannot tell (the config is not
-// local yet). A layer's blob can be gone while its snapshot stays (CRI's
+// will not fetch because their snapshots exist, as fn counts them. A
+// layer's blob can be gone while its snapshot stays (CRI's
 // discard_unpacked_layers), and containerd's unpacker then skips its
 // download: without this, such a pull would never be done fetching, and
 // its size would count bytes it never asks for. Call it after OnFetched.
-func (r *Recorder) OnUnpacked(fn func(config digest.Digest, layers []ocispec.Descriptor) int) {
+func (r *Recorder) OnUnpacked(fn Unpacked) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.fetched != nil {
@@ -83,11 +88,14 @@ func (w *fetchWatch) manifestBody(b []byte) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	skipped := w.unpackedLayers(config.Digest, layers)
+	skipped, known := w.unpackedLayers(config.Digest, layers)
 	missing := missingBytes(layers, func(d digest.Digest) bool { return skipped[d] || w.present(d) })
 	w.mu.Lock()
 	w.manifest = true
-	w.image.config, w.image.layers = config.Digest, layers
+	w.image.config, w.image.layers, w.image.skipped = config.Digest, layers, nil
+	if known {
+		w.image.skipped = skipped
+	}
 	if w.configs == nil {
 		w.configs = map[digest.Digest]bool{}
 	}
@@ -114,19 +122,21 @@ func imageManifest(b []byte) (config ocispec.Descriptor, layers []ocispec.Descri
 }
 
 // unpackedLayers returns the layers the pull will not fetch since their
-// snapshots exist; never nil.
-func (w *fetchWatch) unpackedLayers(config digest.Digest, layers []ocispec.Descriptor) map[digest.Digest]bool {
+// snapshots exist (never nil), and whether that is known yet. Without
+// OnUnpacked, it is known: none.
+func (w *fetchWatch) unpackedLayers(config digest.Digest, layers []ocispec.Descriptor) (map[digest.Digest]bool, bool) {
 	out := map[digest.Digest]bool{}
 	w.mu.Lock()
 	fn := w.unpacked
 	w.mu.Unlock()
-	if fn == nil || config == "" {
-		return out
+	if fn == nil {
+		return out, true
 	}
-	for _, l := range layers[:min(fn(config, layers), len(layers))] {
+	n, known := fn(config, layers)
+	for _, l := range layers[:min(n, len(layers))] {
 		out[l.Digest] = true
 	}
-	return out
+	return out, known
 }
 
 // missingBytes adds up the layers not on the node.
@@ -173,22 +183,33 @@ func (w *fetchWatch) check() {
 		return
 	}
 	var missing []digest.Digest
+	fetching := map[digest.Digest]bool{}
 	for d, size := range w.expected {
 		if w.got[d] < size {
 			missing = append(missing, d)
+			fetching[d] = w.got[d] > 0
 		}
 	}
-	config, layers := w.image.config, w.image.layers
+	config, layers, skipped := w.image.config, w.image.layers, w.image.skipped
 	w.mu.Unlock()
 	// Asked outside the lock: the content store and the snapshotter read
 	// their databases.
-	var skipped map[digest.Digest]bool
 	for _, d := range missing {
 		if w.present(d) {
 			continue
 		}
+		if fetching[d] || d == config {
+			// Being fetched, or the config, which no snapshot stands for.
+			return
+		}
 		if skipped == nil {
-			skipped = w.unpackedLayers(config, layers)
+			var known bool
+			if skipped, known = w.unpackedLayers(config, layers); !known {
+				return
+			}
+			w.mu.Lock()
+			w.image.skipped = skipped
+			w.mu.Unlock()
 		}
 		if !skipped[d] {
 			return

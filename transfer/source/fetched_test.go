@@ -60,15 +60,17 @@ func TestFetchWatch(t *testing.T) {
 			// The config is local once it was present or read: its
 			// commit follows its last byte.
 			configLocal := slices.Contains(tc.present, config.Digest)
+			asked := 0 // answers given once the config is local
 			if tc.unpacked >= 0 {
-				rec.OnUnpacked(func(c digest.Digest, layers []ocispec.Descriptor) int {
+				rec.OnUnpacked(func(c digest.Digest, layers []ocispec.Descriptor) (int, bool) {
 					if c != config.Digest || len(layers) != 2 {
 						t.Errorf("asked about config %s with %d layers", c, len(layers))
 					}
 					if !configLocal {
-						return 0
+						return 0, false
 					}
-					return tc.unpacked
+					asked++
+					return tc.unpacked, true
 				})
 			}
 			left := int64(-1)
@@ -89,6 +91,10 @@ func TestFetchWatch(t *testing.T) {
 			}
 			if left != tc.left {
 				t.Fatalf("bytes left = %d, want %d", left, tc.left)
+			}
+			// Snapshots are asked about once per image, not at every blob.
+			if asked > 1 {
+				t.Fatalf("snapshots asked about %d times", asked)
 			}
 		})
 	}

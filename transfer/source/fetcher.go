@@ -212,7 +212,7 @@ func (f *Fetcher) OnFetched(present func(digest.Digest) bool, done func()) {
 
 // OnUnpacked tells the pull which layers it will not fetch; see
 // Recorder.OnUnpacked.
-func (f *Fetcher) OnUnpacked(fn func(config digest.Digest, layers []ocispec.Descriptor) int) {
+func (f *Fetcher) OnUnpacked(fn Unpacked) {
 	f.rec.OnUnpacked(fn)
 }
 

@@ -31,7 +31,7 @@ const maxPrefetched = 1 << 20
 // and the bytes of the image's layers that present says are not on the
 // node, less those of leading layers whose snapshots exist, as unpacked
 // counts them (see OnUnpacked; nil counts none).
-func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platform platforms.MatchComparer, present func(digest.Digest) bool, unpacked func(config digest.Digest, layers []ocispec.Descriptor) int) (ocispec.Descriptor, int64, error) {
+func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platform platforms.MatchComparer, present func(digest.Digest) bool, unpacked Unpacked) (ocispec.Descriptor, int64, error) {
 	if desc.Digest == "" {
 		var err error
 		if _, desc, err = f.Resolve(ctx); err != nil {
@@ -52,7 +52,8 @@ func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platfor
 	f.mu.Unlock()
 	skip := 0
 	if unpacked != nil {
-		skip = min(unpacked(m.Config.Digest, m.Layers), len(m.Layers))
+		n, _ := unpacked(m.Config.Digest, m.Layers)
+		skip = min(n, len(m.Layers))
 	}
 	return desc, missingBytes(m.Layers[skip:], present), nil
 }
