@@ -77,9 +77,9 @@ type AuthConfig struct {
 	IdentityToken string `json:"identitytoken"`
 }
 
-// upstreamMaxConcurrentDownloads is CRI's default; any other value sends
-// CRI down its local pull path.
-const upstreamMaxConcurrentDownloads = 3
+// DefaultMaxConcurrentDownloads is CRI's default max_concurrent_downloads;
+// any other value sends CRI down its local pull path.
+const DefaultMaxConcurrentDownloads = 3
 
 // Read decodes the CRI images plugin's config.
 func Read(imagesConfig any) (Images, error) {
@@ -122,7 +122,7 @@ func (c Images) LocalPullOptions() []string {
 	add(c.DiscardUnpackedLayers, "discard_unpacked_layers")
 	add(len(c.Registry.Mirrors) > 0, "registry.mirrors")
 	add(len(c.Registry.Configs) > 0, "registry.configs (or registry.auths)")
-	add(c.MaxConcurrentDownloads != upstreamMaxConcurrentDownloads, "max_concurrent_downloads")
+	add(c.MaxConcurrentDownloads != DefaultMaxConcurrentDownloads, "max_concurrent_downloads")
 	add(c.ImagePullWithSyncFs, "image_pull_with_sync_fs")
 	if len(out) == 0 {
 		out = append(out, "use_local_image_pull")

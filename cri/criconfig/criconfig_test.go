@@ -1,6 +1,7 @@
 package criconfig
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -33,6 +34,40 @@ func TestRead(t *testing.T) {
 			}
 			if uses != tc.usesTransfer || c.PinnedImages["sandbox"] != tc.sandbox {
 				t.Fatalf("got uses=%v pins=%v", uses, c.PinnedImages)
+			}
+		})
+	}
+}
+
+func TestLocalPullOptions(t *testing.T) {
+	// CRI's Linux defaults, as its config reads after init.
+	base := func() map[string]any {
+		return map[string]any{"useLocalImagePull": false, "disableSnapshotAnnotations": true, "maxConcurrentDownloads": 3}
+	}
+	for _, tc := range []struct {
+		name string
+		set  map[string]any
+		want []string
+	}{
+		{name: "transfer path", want: nil},
+		{name: "use_local_image_pull alone", set: map[string]any{"useLocalImagePull": true}, want: []string{"use_local_image_pull"}},
+		{name: "discard (EKS)", set: map[string]any{"useLocalImagePull": true, "discardUnpackedLayers": true}, want: []string{"discard_unpacked_layers"}},
+		{name: "several", set: map[string]any{
+			"useLocalImagePull": true, "disableSnapshotAnnotations": false, "imagePullWithSyncFs": true, "maxConcurrentDownloads": 5,
+			"registry": map[string]any{"mirrors": map[string]any{"docker.io": map[string]any{"endpoint": []string{"https://m"}}}},
+		}, want: []string{"disable_snapshot_annotations = false", "registry.mirrors", "max_concurrent_downloads", "image_pull_with_sync_fs"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base()
+			for k, v := range tc.set {
+				cfg[k] = v
+			}
+			c, err := Read(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.LocalPullOptions(); !slices.Equal(got, tc.want) {
+				t.Fatalf("LocalPullOptions() = %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -2,7 +2,6 @@ package pullwise
 
 import (
 	"fmt"
-
 	"path/filepath"
 
 	"github.com/containerd/containerd/v2/core/images"
@@ -88,12 +87,14 @@ func newCRIPuller(ic *plugin.InitContext, ts *transfer.Service, db *metadata.DB)
 			return nil, fmt.Errorf("write CRI's registry.mirrors as hosts.toml: %w", err)
 		}
 	}
-	if c.MaxConcurrentDownloads != 3 && c.MaxConcurrentDownloads > 0 {
+	if c.MaxConcurrentDownloads != criconfig.DefaultMaxConcurrentDownloads && c.MaxConcurrentDownloads > 0 {
 		// Stock applies CRI's limit to CRI's local pulls; Pullwise has
 		// one node-wide lane, which takes it.
 		tc := ts.Config()
 		tc.Downloads = lane.New(c.MaxConcurrentDownloads)
 		ts.Configure(tc)
+		log.G(ic.Context).WithField("max_concurrent_downloads", c.MaxConcurrentDownloads).
+			Info("CRI's max_concurrent_downloads limits downloads node-wide")
 	}
 	return cripull.New(cripull.Deps{
 		Transfer: ts,
