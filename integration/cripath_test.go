@@ -58,6 +58,24 @@ func (e *env) collectGarbage() {
 	}
 }
 
+// upstreamRequestsOf returns the requests upstream saw for one CRI pull
+// of ref, and nothing before it.
+func (e *env) upstreamRequestsOf(ref string) []registry.Request {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := e.upstream.WaitIdle(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	e.upstream.Reset()
+	if _, err := e.images.PullImage(ctx, criImage(ref), nil, nil); err != nil {
+		e.t.Fatalf("PullImage %s: %v", ref, err)
+	}
+	if err := e.upstream.WaitIdle(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return e.upstream.Requests()
+}
+
 // committed lists which of ds are in the content store.
 func (e *env) committed(ds ...digest.Digest) []digest.Digest {
 	e.t.Helper()
@@ -160,17 +178,7 @@ func TestDiscardUnpackedLayers(t *testing.T) {
 		t.Errorf("sandbox image pulled by RunPodSandbox: io.cri-containerd.pinned = %q, want pinned", got)
 	}
 
-	if err := e.upstream.WaitIdle(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e.upstream.Reset()
-	if _, err := e.images.PullImage(ctx, criImage(app.Ref), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.upstream.WaitIdle(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if reqs := e.upstream.Requests(); len(reqs) != 1 || reqs[0].Method != "HEAD" {
+	if reqs := e.upstreamRequestsOf(app.Ref); len(reqs) != 1 || reqs[0].Method != "HEAD" {
 		t.Fatalf("re-pull of a present image with discarded layers sent %v, want 1 HEAD", reqs)
 	}
 	e.collectGarbage()
@@ -192,18 +200,8 @@ func TestDiscardUnpackedLayers(t *testing.T) {
 	if second.Layers[0] != first.Layers[0] || second.Layers[1] != first.Layers[1] {
 		t.Fatalf("the images share no base: %v and %v", first.Layers, second.Layers)
 	}
-	if err := e.upstream.WaitIdle(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e.upstream.Reset()
-	if _, err := e.images.PullImage(ctx, criImage(second.Ref), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.upstream.WaitIdle(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	for _, r := range e.upstream.Requests() {
+	for _, r := range e.upstreamRequestsOf(second.Ref) {
 		if r.Kind == registry.KindBlob && r.Method == "GET" {
 			got = append(got, r.Reference)
 		}
