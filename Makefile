@@ -2,8 +2,12 @@
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X github.com/pullwise/pullwise/plugin/version.Version=$(VERSION)
+# The Pullwise version: a v-tag, or the commit where none exists; ".m" marks
+# a modified tree, as in containerd's own Makefile. The upstream containerd
+# version and the commit are read from the build itself (plugin/version).
+VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --dirty=.m --always 2>/dev/null || echo dev)
+REVISION  ?= $(shell r=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD || r=$$r.m; echo $$r; })
+LDFLAGS   := -X github.com/pullwise/pullwise/plugin/version.Version=$(VERSION) -X github.com/pullwise/pullwise/plugin/version.Revision=$(REVISION)
 RUN_DIR   := $(CURDIR)/_run
 PROTO_DIR := cri/api/v1alpha1
 # Integration tests talk to a real daemon; give them room but stay well inside CI's budget.
@@ -13,13 +17,13 @@ INTEGRATION_TIMEOUT ?= 15m
 # integration run is otherwise thousands of lines above it.
 GOTESTSUM := $(GO) tool gotestsum
 
-.PHONY: all build containerd containerd-stock bench soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean
+.PHONY: all build containerd containerd-stock bench soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean release install deps-build deps-run deps-test
 
 all: build
 
 build: containerd pullctl ctr shim
 
-containerd:
+containerd: deps-build
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/containerd ./cmd/containerd
 
 pullctl:
@@ -35,9 +39,22 @@ ctr:
 shim:
 	$(GO) build -o $(BIN)/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 
+# What each target needs from Debian's packages, installed when missing
+# (hack/deps.sh): libdeflate for bin/containerd; runc for pods; protoc for
+# the generated-code check; tmux, the real terminal pullctl's bars are
+# checked on.
+deps-build:
+	@hack/deps.sh build libdeflate-dev
+deps-run:
+	@hack/deps.sh run libdeflate-dev runc
+deps-test:
+	@hack/deps.sh test libdeflate-dev protobuf-compiler runc tmux
+
 # Foreground daemon with the example config; root, state and socket stay
 # under ./_run so it does not touch a system containerd.
-run: build
+run: deps-run build
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "run: needs root, as containerd mounts image snapshots (run 'sudo make run')"; exit 1; fi
 	mkdir -p $(RUN_DIR)
 	$(BIN)/containerd --config contrib/config.toml \
 		--root $(RUN_DIR)/root --state $(RUN_DIR)/state --address $(RUN_DIR)/containerd.sock
@@ -50,6 +67,35 @@ demo: build
 		echo "demo: needs root, as containerd mounts image snapshots (run 'sudo make demo')"; exit 1; fi
 	$(GO) build -o $(BIN)/pullwise-demo ./hack/demo
 	$(BIN)/pullwise-demo -dir $(CURDIR)/_demo -bin $(BIN) -config contrib/config.toml
+
+# The release tarball, shaped like containerd's, and its checksum, under
+# ./_release (hack/release.sh): pullwise-<version>-linux-<arch>.tar.gz.
+RELEASE_DIR := $(CURDIR)/_release
+release: deps-build
+	@GO=$(GO) hack/release.sh $(RELEASE_DIR) $(VERSION) $(REVISION)
+
+# Installs what the release holds: the binaries under $(PREFIX)/bin, the
+# systemd unit where systemd looks for a local admin's units, starting
+# $(PREFIX)/bin/containerd, and the example config only where no config is:
+# an existing /etc/containerd/config.toml is never overwritten. DESTDIR
+# stages it all under another root, for packaging.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+install: release
+	@set -e; stage=$$(ls -d $(RELEASE_DIR)/pullwise-$(VERSION:v%=%)-linux-*/ | head -1); \
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/containerd; \
+	install -m 0755 $$stage/bin/* $(DESTDIR)$(PREFIX)/bin/; \
+	sed 's|/usr/local/bin/containerd|$(PREFIX)/bin/containerd|' $$stage/etc/systemd/system/containerd.service \
+		>$(DESTDIR)$(UNITDIR)/containerd.service; \
+	chmod 0644 $(DESTDIR)$(UNITDIR)/containerd.service; \
+	echo "installed $$(ls $$stage/bin | tr '\n' ' ')in $(DESTDIR)$(PREFIX)/bin, containerd.service in $(DESTDIR)$(UNITDIR)"; \
+	if [ -e $(DESTDIR)/etc/containerd/config.toml ]; then \
+		echo "kept $(DESTDIR)/etc/containerd/config.toml; the example is $$stage/etc/containerd/config.toml"; \
+	else \
+		install -m 0644 $$stage/etc/containerd/config.toml $(DESTDIR)/etc/containerd/config.toml; \
+		echo "installed the example config as $(DESTDIR)/etc/containerd/config.toml"; \
+	fi
 
 vet:
 	$(GO) vet ./...
@@ -78,7 +124,7 @@ kubelet-gc: build kubelet
 		echo "kubelet-gc: skipped, needs root (run 'sudo make kubelet-gc')"; exit 0; fi
 	PULLWISE_BIN=$(BIN) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout $(KUBELET_TIMEOUT) -run TestKubeletImageGC ./integration/kubelet/
 
-test: vet proto-check unit integration kubelet-e2e
+test: deps-test vet proto-check unit integration kubelet-e2e
 
 # Runs every fuzz target for FUZZTIME each, one at a time: go fuzzes one
 # target per run. `make unit` already runs their seed corpora (f.Add and
@@ -118,7 +164,7 @@ proto-check: proto
 	@git diff --exit-code -- $(PROTO_DIR) || { echo "generated code is stale: run 'make proto' and commit"; exit 1; }
 
 clean:
-	rm -rf $(BIN) $(RUN_DIR)
+	rm -rf $(BIN) $(RUN_DIR) $(RELEASE_DIR)
 
 # Kubelet for the end-to-end tests, pinned in its own scratch module
 # (hack/kubelet) so kubernetes' dependencies stay out of Pullwise's go.mod.

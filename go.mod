@@ -41,6 +41,7 @@ require (
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.83.2
 	google.golang.org/protobuf v1.36.12
+	k8s.io/apimachinery v0.37.0
 	k8s.io/cri-api v0.37.0
 	k8s.io/cri-client v0.37.0
 	k8s.io/klog/v2 v2.140.0
@@ -172,7 +173,6 @@ require (
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gotest.tools/gotestsum v1.13.0 // indirect
-	k8s.io/apimachinery v0.37.0 // indirect
 	k8s.io/client-go v0.37.0 // indirect
 	k8s.io/component-base v0.37.0 // indirect
 	k8s.io/cri-streaming v0.37.0 // indirect

@@ -32,7 +32,7 @@ func app() *cli.Command {
 	return &cli.Command{
 		Name:    "pullctl",
 		Usage:   "inspect and drive image pulls on a Pullwise node",
-		Version: version.Version,
+		Version: version.Pullwise() + " (commit " + version.Commit() + ")",
 		Flags: []cli.Flag{
 			&cli.StringFlag{
 				Name:    "runtime-endpoint",

@@ -15,6 +15,8 @@ type versionInfo struct {
 	RuntimeVersion      string   `json:"runtimeVersion"`
 	RuntimeAPIVersion   string   `json:"runtimeApiVersion"`
 	PullwiseVersion     string   `json:"pullwiseVersion"`
+	Commit              string   `json:"commit"`
+	UpstreamVersion     string   `json:"upstreamVersion"`
 	PullctlVersion      string   `json:"pullctlVersion"`
 	CRIPullsUseTransfer bool     `json:"criPullsUseTransfer"`
 	Warnings            []string `json:"warnings"`
@@ -39,6 +41,8 @@ func versionCommand() *cli.Command {
 				RuntimeVersion:      rv.GetRuntimeVersion(),
 				RuntimeAPIVersion:   rv.GetRuntimeApiVersion(),
 				PullwiseVersion:     pv.GetPullwiseVersion(),
+				Commit:              pv.GetCommit(),
+				UpstreamVersion:     pv.GetUpstreamVersion(),
 				PullctlVersion:      cmd.Root().Version,
 				CRIPullsUseTransfer: pv.GetCriPullsUseTransfer(),
 				Warnings:            append([]string{}, pv.GetWarnings()...),
@@ -51,6 +55,8 @@ func versionCommand() *cli.Command {
 			fmt.Fprintf(w, "RuntimeVersion:\t%s\n", info.RuntimeVersion)
 			fmt.Fprintf(w, "RuntimeApiVersion:\t%s\n", info.RuntimeAPIVersion)
 			fmt.Fprintf(w, "PullwiseVersion:\t%s\n", info.PullwiseVersion)
+			fmt.Fprintf(w, "Commit:\t%s\n", info.Commit)
+			fmt.Fprintf(w, "UpstreamVersion:\t%s\n", info.UpstreamVersion)
 			fmt.Fprintf(w, "PullctlVersion:\t%s\n", info.PullctlVersion)
 			fmt.Fprintf(w, "CRIPullsUseTransfer:\t%t\n", info.CRIPullsUseTransfer)
 			for _, warning := range info.Warnings {

@@ -18,8 +18,12 @@ import (
 // Runtime describes the runtime the service is compiled into.
 type Runtime struct {
 	PullwiseVersion string
-	Name            string
-	Version         string
+	// Commit is the commit the runtime was built from.
+	Commit string
+	// Upstream is the containerd release the runtime carries.
+	Upstream string
+	Name     string
+	Version  string
 	// PullPath reports whether CRI pulls reach the transfer service and,
 	// when not, a warning for the operator. It is asked on every call since
 	// CRI may load after this service.
@@ -76,6 +80,8 @@ func (s *Service) Register(gs *grpc.Server) error {
 func (s *Service) Version(context.Context, *api.VersionRequest) (*api.VersionResponse, error) {
 	resp := &api.VersionResponse{
 		PullwiseVersion: s.rt.PullwiseVersion,
+		Commit:          s.rt.Commit,
+		UpstreamVersion: s.rt.Upstream,
 		RuntimeName:     s.rt.Name,
 		RuntimeVersion:  s.rt.Version,
 	}

@@ -167,8 +167,9 @@ func Start(t testing.TB, opts Options) *Daemon {
 	}
 	d.cmd = exec.Command(bin, "--config", cfgPath, "--log-level", level)
 	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
-	// containerd looks up containerd-shim-runc-v2 in PATH: the one from bin/.
-	d.cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(Bin("containerd"))+":"+os.Getenv("PATH"))
+	// containerd looks up containerd-shim-runc-v2 in PATH: the one beside
+	// the binary, from bin/ or an installed release.
+	d.cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
 	// Own process group, so a test's ^C does not reach the daemon first and
 	// the cleanup can still stop it in order.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

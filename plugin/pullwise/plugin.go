@@ -94,7 +94,9 @@ func init() {
 			}
 			log.G(ic.Context).WithField("address", srv.Addr()).Info("serving image pull progress")
 			return service.New(service.Runtime{
-				PullwiseVersion: version.Version,
+				PullwiseVersion: version.Pullwise(),
+				Commit:          version.Commit(),
+				Upstream:        version.Upstream(),
 				Name:            ctrdversion.Name,
 				Version:         ctrdversion.Version,
 				PullPath:        pullPath,

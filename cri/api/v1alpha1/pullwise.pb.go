@@ -127,15 +127,20 @@ type VersionResponse struct {
 	PullwiseVersion string `protobuf:"bytes,1,opt,name=pullwise_version,json=pullwiseVersion,proto3" json:"pullwise_version,omitempty"`
 	// Name of the runtime: "containerd".
 	RuntimeName string `protobuf:"bytes,2,opt,name=runtime_name,json=runtimeName,proto3" json:"runtime_name,omitempty"`
-	// Version of the containerd the runtime is built from.
+	// Version the runtime reports to CRI: the upstream release, with the
+	// Pullwise version and commit as semver build metadata.
 	RuntimeVersion string `protobuf:"bytes,3,opt,name=runtime_version,json=runtimeVersion,proto3" json:"runtime_version,omitempty"`
 	// True when CRI image pulls go through the transfer service. When false,
 	// the CRI plugin pulls on its own and Pullwise pull features are bypassed.
 	CriPullsUseTransfer bool `protobuf:"varint,4,opt,name=cri_pulls_use_transfer,json=criPullsUseTransfer,proto3" json:"cri_pulls_use_transfer,omitempty"`
 	// Warnings an operator should act on, such as the transfer bypass.
-	Warnings      []string `protobuf:"bytes,5,rep,name=warnings,proto3" json:"warnings,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Warnings []string `protobuf:"bytes,5,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// Commit the runtime was built from; ".m" marks a modified tree.
+	Commit string `protobuf:"bytes,6,opt,name=commit,proto3" json:"commit,omitempty"`
+	// Upstream containerd release the runtime carries, such as "v2.4.2".
+	UpstreamVersion string `protobuf:"bytes,7,opt,name=upstream_version,json=upstreamVersion,proto3" json:"upstream_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *VersionResponse) Reset() {
@@ -201,6 +206,20 @@ func (x *VersionResponse) GetWarnings() []string {
 		return x.Warnings
 	}
 	return nil
+}
+
+func (x *VersionResponse) GetCommit() string {
+	if x != nil {
+		return x.Commit
+	}
+	return ""
+}
+
+func (x *VersionResponse) GetUpstreamVersion() string {
+	if x != nil {
+		return x.UpstreamVersion
+	}
+	return ""
 }
 
 type PullImageRequest struct {
@@ -1274,13 +1293,15 @@ var File_pullwise_proto protoreflect.FileDescriptor
 const file_pullwise_proto_rawDesc = "" +
 	"\n" +
 	"\x0epullwise.proto\x12\x15pullwise.cri.v1alpha1\x1a8staging/src/k8s.io/cri-api/pkg/apis/runtime/v1/api.proto\"\x10\n" +
-	"\x0eVersionRequest\"\xd9\x01\n" +
+	"\x0eVersionRequest\"\x9c\x02\n" +
 	"\x0fVersionResponse\x12)\n" +
 	"\x10pullwise_version\x18\x01 \x01(\tR\x0fpullwiseVersion\x12!\n" +
 	"\fruntime_name\x18\x02 \x01(\tR\vruntimeName\x12'\n" +
 	"\x0fruntime_version\x18\x03 \x01(\tR\x0eruntimeVersion\x123\n" +
 	"\x16cri_pulls_use_transfer\x18\x04 \x01(\bR\x13criPullsUseTransfer\x12\x1a\n" +
-	"\bwarnings\x18\x05 \x03(\tR\bwarnings\"\xf4\x01\n" +
+	"\bwarnings\x18\x05 \x03(\tR\bwarnings\x12\x16\n" +
+	"\x06commit\x18\x06 \x01(\tR\x06commit\x12)\n" +
+	"\x10upstream_version\x18\a \x01(\tR\x0fupstreamVersion\"\xf4\x01\n" +
 	"\x10PullImageRequest\x12+\n" +
 	"\x05image\x18\x01 \x01(\v2\x15.runtime.v1.ImageSpecR\x05image\x12*\n" +
 	"\x04auth\x18\x02 \x01(\v2\x16.runtime.v1.AuthConfigR\x04auth\x12C\n" +
