@@ -71,6 +71,7 @@ demo: build
 # The release tarball, shaped like containerd's, and its checksum, under
 # ./_release (hack/release.sh): pullwise-<version>-linux-<arch>.tar.gz.
 RELEASE_DIR := $(CURDIR)/_release
+RELEASE_TARBALL = $(RELEASE_DIR)/pullwise-$(VERSION:v%=%)-linux-$(shell $(GO) env GOARCH).tar.gz
 release: deps-build
 	@GO=$(GO) hack/release.sh $(RELEASE_DIR) $(VERSION) $(REVISION)
 
@@ -105,10 +106,10 @@ unit:
 
 # Integration needs root (mounts, a real daemon). As root it always runs: it
 # never skips silently. Without root it says so and stops here.
-integration: build containerd-stock
+integration: build containerd-stock release
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "integration: skipped, needs root (run 'sudo make integration')"; exit 0; fi
-	PULLWISE_BIN=$(BIN) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout $(INTEGRATION_TIMEOUT) ./integration/
+	PULLWISE_BIN=$(BIN) PULLWISE_RELEASE=$(RELEASE_TARBALL) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout $(INTEGRATION_TIMEOUT) ./integration/
 
 # Kubelet end to end: the real kubelet (make kubelet) on the real daemon,
 # root only, like integration, and never skipped as root. The image GC test

@@ -44,6 +44,16 @@ type envOptions struct {
 	logLevel string
 	// redirectBlobs makes upstream send blob GETs to its CDN.
 	redirectBlobs bool
+	// binary is the containerd to run, such as one installed from the
+	// release tarball; bin/containerd when empty.
+	binary string
+}
+
+// daemonOptions is the daemon config for opts, with hostsDir as the
+// registry config_path.
+func (opts envOptions) daemonOptions(hostsDir string) daemon.Options {
+	return daemon.Options{HostsDir: hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig,
+		Transfer: opts.transfer, LogLevel: opts.logLevel, Binary: opts.binary}
 }
 
 // env is one containerd with an upstream registry and, optionally, a mirror
@@ -83,7 +93,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		e.mirror = registry.Start(t, ro("mirror", ""))
 	}
 	e.writeHosts()
-	e.d = daemon.Start(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig, Transfer: opts.transfer, LogLevel: opts.logLevel})
+	e.d = daemon.Start(t, opts.daemonOptions(e.hostsDir))
 	e.connect()
 	return e
 }
@@ -233,7 +243,7 @@ func (e *env) awaitGoroutines(baseline int, timeout time.Duration) {
 // state and registries; clients reconnect by themselves.
 func (e *env) restartWith(t testing.TB, opts envOptions) {
 	t.Helper()
-	e.d.RestartWith(t, daemon.Options{HostsDir: e.hostsDir, CRIImages: opts.criImages, ExtraConfig: opts.extraConfig, Transfer: opts.transfer})
+	e.d.RestartWith(t, opts.daemonOptions(e.hostsDir))
 }
 
 // code is the gRPC code name of err.
