@@ -17,7 +17,7 @@ INTEGRATION_TIMEOUT ?= 15m
 # integration run is otherwise thousands of lines above it.
 GOTESTSUM := $(GO) tool gotestsum
 
-.PHONY: all build containerd containerd-stock bench soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean release install deps-build deps-run deps-test
+.PHONY: all build containerd containerd-stock bench soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean release release-stage install deps-build deps-run deps-test
 
 all: build
 
@@ -74,6 +74,8 @@ RELEASE_DIR := $(CURDIR)/_release
 RELEASE_TARBALL = $(RELEASE_DIR)/pullwise-$(VERSION:v%=%)-linux-$(shell $(GO) env GOARCH).tar.gz
 release: deps-build
 	@GO=$(GO) hack/release.sh $(RELEASE_DIR) $(VERSION) $(REVISION)
+release-stage: deps-build
+	@GO=$(GO) hack/release.sh $(RELEASE_DIR) $(VERSION) $(REVISION) stage
 
 # Installs what the release holds: the binaries under $(PREFIX)/bin, the
 # systemd unit where systemd looks for a local admin's units, starting
@@ -83,8 +85,8 @@ release: deps-build
 PREFIX  ?= /usr/local
 DESTDIR ?=
 UNITDIR ?= $(PREFIX)/lib/systemd/system
-install: release
-	@set -e; stage=$$(ls -d $(RELEASE_DIR)/pullwise-$(VERSION:v%=%)-linux-*/ | head -1); \
+install: release-stage
+	@set -e; stage=$(RELEASE_DIR)/pullwise-$(VERSION:v%=%)-linux-$(shell $(GO) env GOARCH); \
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/containerd; \
 	install -m 0755 $$stage/bin/* $(DESTDIR)$(PREFIX)/bin/; \
 	sed 's|/usr/local/bin/containerd|$(PREFIX)/bin/containerd|' $$stage/etc/systemd/system/containerd.service \

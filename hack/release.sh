@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds the release tarball: hack/release.sh OUTDIR VERSION REVISION.
+# Builds the release tarball: hack/release.sh OUTDIR VERSION REVISION [stage].
+# With "stage" it stops at the tree the tarball is made of, which
+# `make install` installs from.
 #
 # Shaped like containerd's own release (containerd-<version>-linux-amd64.tar.gz):
 # bin/ to extract into /usr/local, here with etc/ holding the systemd unit
@@ -8,12 +10,12 @@
 # beyond the commit's, and the tar entries sorted, owned by root and dated
 # at the commit.
 set -euo pipefail
-out=$1 version=$2 revision=$3
+out=$1 version=$2 revision=$3 only=${4:-}
 go=${GO:-go}
 goarch=$($go env GOARCH)
 name=pullwise-${version#v}-linux-$goarch
 stage=$out/$name
-rm -rf "$stage" "$out/$name.tar.gz" "$out/$name.tar.gz.sha256sum"
+rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/etc/containerd" "$stage/etc/systemd/system"
 
 flags=(-trimpath)
@@ -37,9 +39,11 @@ CGO_ENABLED=0 $go build "${flags[@]}" -ldflags "$ctrd_ldflags" -o "$stage/bin/co
 
 install -m 0644 contrib/config.toml "$stage/etc/containerd/config.toml"
 install -m 0644 contrib/containerd.service "$stage/etc/systemd/system/containerd.service"
+[ "$only" = stage ] && { echo "$stage"; exit 0; }
 
+rm -f "$out/$name.tar.gz" "$out/$name.tar.gz.sha256sum"
 epoch=$(git log -1 --format=%ct 2>/dev/null || echo 0)
 tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner \
-	--format=gnu --mode=u+rwX,go+rX,go-w -C "$stage" -cf - bin etc | gzip -n -9 >"$out/$name.tar.gz"
+	--format=gnu --mode=u+rwX,go+rX,go-w -C "$stage" -cf - bin etc | gzip -n >"$out/$name.tar.gz"
 (cd "$out" && sha256sum "$name.tar.gz" >"$name.tar.gz.sha256sum")
 echo "$out/$name.tar.gz"
