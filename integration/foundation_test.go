@@ -189,6 +189,7 @@ func TestConfigDefaultShowsPullwise(t *testing.T) {
 		"registry_read_timeout = '30s'",
 		"registry_cooldown = '10s'",
 		"registry_max_cooldown = '5m0s'",
+		"registry_max_retry_wait = '30s'",
 	} {
 		if !strings.Contains(section, want) {
 			t.Errorf("pullwise section lacks %q:\n%s", want, section)

@@ -321,7 +321,8 @@ func (s *Service) recordSource(ctx context.Context, dst transfer.ImageStorer, re
 // with no request at all, a tag with one resolve (HEAD) whose digest is
 // unchanged. It then stores the image as the pull would have, so names
 // and labels end up the same. When it resolved the tag but cannot finish,
-// it returns the descriptor for the full pull to reuse.
+// it returns the descriptor for the full pull to reuse; when the resolve
+// fails, its error is the pull's.
 func (s *Service) fastPath(ctx context.Context, src transfer.ImageFetcher, dst transfer.ImageStorer) (*ocispec.Descriptor, bool, error) {
 	unpacker, ok := dst.(transfer.ImageUnpacker)
 	if !ok || s.local.Images == nil {
@@ -336,10 +337,12 @@ func (s *Service) fastPath(ctx context.Context, src transfer.ImageFetcher, dst t
 	if !isDigest(ref) {
 		_, d, err := src.Resolve(ctx)
 		if err != nil {
-			// Let the full pull resolve again and report the error in its
-			// usual words.
-			log.G(ctx).WithError(err).WithField("ref", ref).Debug("fast path: resolve failed")
-			return nil, false, nil
+			// The resolve a full pull would make has been made, and every
+			// host has answered it: resolving again would double the
+			// requests of a failing pull (a wrong password, a 429, a 503)
+			// against stock's, for the same error. Worded as containerd's
+			// local transfer words it.
+			return nil, false, fmt.Errorf("failed to resolve image: %w", err)
 		}
 		desc = d
 		if d.Digest != target.Digest {

@@ -38,7 +38,7 @@ func TestPrintJSONNumbers(t *testing.T) {
 		{
 			name: "map values and a numeric string",
 			msg:  &api.RegistryHost{Host: "12345", Since: 1700000000000000000, Requests: map[string]uint64{"ok": 3}},
-			want: `{"host":"12345","state":"","since":1700000000000000000,"lastError":"","lastErrorAt":0,"nextProbe":0,"failures":0,"requests":{"ok":3}}`,
+			want: `{"host":"12345","state":"","since":1700000000000000000,"lastError":"","lastErrorAt":0,"nextProbe":0,"failures":0,"requests":{"ok":3},"kind":"","serves":[],"retryAt":0}`,
 		},
 		{
 			name: "CRI image size",

@@ -14,6 +14,12 @@ const (
 	stateProbing = "probing"
 )
 
+// Kinds of registry host, as ListRegistries reports them.
+const (
+	kindRegistry = "registry"
+	kindStorage  = "storage"
+)
+
 // ListRegistries implements api.PullwiseServer.
 func (s *Service) ListRegistries(context.Context, *api.ListRegistriesRequest) (*api.ListRegistriesResponse, error) {
 	resp := &api.ListRegistriesResponse{}
@@ -37,6 +43,14 @@ func (s *Service) ListRegistries(context.Context, *api.ListRegistriesRequest) (*
 			NextProbe:   nanos(h.NextProbe),
 			Failures:    int32(h.Failures),
 			Requests:    make(map[string]uint64, len(h.Requests)),
+			Kind:        kindRegistry,
+			RetryAt:     nanos(h.RetryAt),
+		}
+		if len(h.Serves) > 0 {
+			r.Kind = kindStorage
+			for _, k := range h.Serves {
+				r.Serves = append(r.Serves, k.String())
+			}
 		}
 		for o, n := range h.Requests {
 			r.Requests[string(o)] = n

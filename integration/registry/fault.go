@@ -32,6 +32,9 @@ type Fault struct {
 	// RequireBasicAuth rejects requests without these credentials with 401
 	// and a Basic challenge.
 	RequireBasicAuth *BasicAuth
+	// RequireBearer rejects requests without a token from this server for
+	// their repository with 401 and a Bearer challenge naming it.
+	RequireBearer *TokenServer
 }
 
 // BasicAuth holds HTTP basic credentials.
@@ -109,6 +112,14 @@ func (f *Fault) apply(r *Registry, rw *responseWriter, req *http.Request, kind K
 	if a := f.RequireBasicAuth; a != nil {
 		if user, pass, ok := req.BasicAuth(); !ok || user != a.User || pass != a.Password {
 			rw.Header().Set("WWW-Authenticate", fmt.Sprintf("Basic realm=%q", r.name))
+			writeError(rw, req, http.StatusUnauthorized, "UNAUTHORIZED")
+			return true
+		}
+	}
+	if ts := f.RequireBearer; ts != nil {
+		_, repo, _ := parsePath(req.URL.Path)
+		if !ts.valid(req, repo) {
+			rw.Header().Set("WWW-Authenticate", ts.challenge(repo))
 			writeError(rw, req, http.StatusUnauthorized, "UNAUTHORIZED")
 			return true
 		}

@@ -42,6 +42,12 @@ type Config struct {
 	// up to RegistryMaxCooldown. 0 turns this memory off (stock behaviour).
 	RegistryCooldown    Duration `toml:"registry_cooldown"`
 	RegistryMaxCooldown Duration `toml:"registry_max_cooldown"`
+	// RegistryMaxRetryWait bounds the wait a registry host that answers
+	// 429 may ask for (Retry-After, or the backoff of its 429 streak):
+	// requests to it wait that long, every pull on the node sharing the
+	// wait; a longer wait fails them at once with ResourceExhausted. 0
+	// retries at once, as stock does.
+	RegistryMaxRetryWait Duration `toml:"registry_max_retry_wait"`
 }
 
 // Values of AlwaysPullPolicy.
@@ -68,6 +74,10 @@ func DefaultConfig() *Config {
 		RegistryReadTimeout:     Duration(30 * time.Second),
 		RegistryCooldown:        Duration(10 * time.Second),
 		RegistryMaxCooldown:     Duration(5 * time.Minute),
+		// Long enough for the seconds a busy registry asks for; a pull
+		// limit that asks for minutes or hours fails the pull instead,
+		// and kubelet's back-off takes over.
+		RegistryMaxRetryWait: Duration(30 * time.Second),
 	}
 }
 
@@ -95,6 +105,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("registry_read_timeout must not be negative, got %s", c.RegistryReadTimeout)
 	case c.RegistryCooldown < 0:
 		return fmt.Errorf("registry_cooldown must not be negative, got %s", c.RegistryCooldown)
+	case c.RegistryMaxRetryWait < 0:
+		return fmt.Errorf("registry_max_retry_wait must not be negative, got %s", c.RegistryMaxRetryWait)
 	case c.RegistryCooldown > 0 && c.RegistryMaxCooldown < c.RegistryCooldown:
 		return fmt.Errorf("registry_max_cooldown (%s) must be at least registry_cooldown (%s)", c.RegistryMaxCooldown, c.RegistryCooldown)
 	}
@@ -108,6 +120,7 @@ func (c *Config) Health() health.Config {
 		MaxCooldown:     time.Duration(c.RegistryMaxCooldown),
 		ResponseTimeout: time.Duration(c.RegistryResponseTimeout),
 		ReadTimeout:     time.Duration(c.RegistryReadTimeout),
+		MaxRetryWait:    time.Duration(c.RegistryMaxRetryWait),
 	}
 }
 

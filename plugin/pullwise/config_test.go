@@ -55,6 +55,7 @@ func TestConfigDecodeAndValidate(t *testing.T) {
 		{name: "negative response timeout", toml: `registry_response_timeout = "-1s"`, wantErr: "registry_response_timeout"},
 		{name: "negative read timeout", toml: `registry_read_timeout = "-1s"`, wantErr: "registry_read_timeout"},
 		{name: "negative cooldown", toml: `registry_cooldown = "-1s"`, wantErr: "registry_cooldown"},
+		{name: "negative retry wait", toml: "registry_max_retry_wait = \"-1s\"", wantErr: "registry_max_retry_wait"},
 		{name: "max below start", toml: "registry_cooldown = \"1m\"\nregistry_max_cooldown = \"30s\"", wantErr: "registry_max_cooldown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

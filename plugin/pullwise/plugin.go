@@ -69,6 +69,7 @@ func init() {
 				"registry_max_cooldown":     c.RegistryMaxCooldown,
 				"registry_response_timeout": c.RegistryResponseTimeout,
 				"registry_read_timeout":     c.RegistryReadTimeout,
+				"registry_max_retry_wait":   c.RegistryMaxRetryWait,
 			}).Info("registry health configured")
 			pinned := cri.pinned
 			log.G(ic.Context).WithFields(log.Fields{

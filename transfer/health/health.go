@@ -8,7 +8,9 @@ package health
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +60,12 @@ type Config struct {
 	// ThrottleLimit is how many 429 answers in a row count as a failure.
 	// containerd repeats a throttled request itself, so one 429 is not one.
 	ThrottleLimit int
+	// MaxRetryWait bounds the wait a throttled host may ask for: after a
+	// 429, requests to the host wait as long as its Retry-After says (or,
+	// without one, as its 429 streak says), when that is no longer than
+	// MaxRetryWait; longer, they fail at once. Zero sends them at once, as
+	// containerd does.
+	MaxRetryWait time.Duration
 }
 
 // DefaultThrottleLimit matches the attempts containerd's resolver makes for
@@ -93,6 +101,13 @@ type host struct {
 	lastErrAt time.Time
 	lastUsed  time.Time
 	requests  map[Outcome]uint64
+	serves    []Key // registries whose blob downloads this host served after a redirect
+
+	// No request before retryAt: the host answered 429. After it, one
+	// request at a time tries the host (retryProbe, closed when it is
+	// answered) while the others wait for its answer.
+	retryAt    time.Time
+	retryProbe chan struct{}
 }
 
 // New returns an empty table.
@@ -196,6 +211,127 @@ func (t *Table) Admit(k Key, mustTry bool) (*Request, error) {
 	return r, nil
 }
 
+// NoteStorage records that k is where registry redirected a request: a
+// CDN or object store serving the registry's blobs. It is tracked as a host
+// of its own, so that its failures are not the registry's.
+func (t *Table) NoteStorage(k, registry Key) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.get(k, t.now())
+	if !slices.Contains(h.serves, registry) {
+		h.serves = append(h.serves, registry)
+		slices.SortFunc(h.serves, func(a, b Key) int { return strings.Compare(a.String(), b.String()) })
+	}
+}
+
+// AwaitTurn holds a request to k while the host has asked for none: until
+// the time its Retry-After named (or its 429 streak suggests), and then
+// while one request tries it again, since a host still throttling would
+// answer every waiting request 429. So concurrent pulls share one wait and
+// one retry. A wait longer than MaxRetryWait is not waited: it returns a
+// *ThrottledError at once. answered must be called once with how the
+// request went, also when it was never sent.
+func (t *Table) AwaitTurn(ctx context.Context, k Key) (answered func(o Outcome, retryAfter time.Duration), err error) {
+	if t == nil || t.cfg.MaxRetryWait <= 0 {
+		return func(Outcome, time.Duration) {}, nil
+	}
+	for {
+		t.mu.Lock()
+		now := t.now()
+		h := t.get(k, now)
+		var (
+			probed <-chan struct{} // the answer of the request trying the host
+			timer  *time.Timer     // the end of the wait the host asked for
+		)
+		switch {
+		case h.retryProbe != nil:
+			probed = h.retryProbe
+		case now.Before(h.retryAt):
+			wait := h.retryAt.Sub(now)
+			if wait > t.cfg.MaxRetryWait {
+				h.requests[Skipped]++
+				t.mu.Unlock()
+				return nil, &ThrottledError{Host: k.Host, Wait: wait, Max: t.cfg.MaxRetryWait}
+			}
+			timer = time.NewTimer(wait)
+		case !h.retryAt.IsZero():
+			// The wait is over: this request tries the host.
+			probe := make(chan struct{})
+			h.retryProbe = probe
+			t.mu.Unlock()
+			return t.answered(k, probe), nil
+		default:
+			t.mu.Unlock()
+			return t.answered(k, nil), nil
+		}
+		t.mu.Unlock()
+		var expired <-chan time.Time
+		if timer != nil {
+			expired = timer.C
+		}
+		select {
+		case <-probed:
+		case <-expired:
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// answered returns the func that tells the table how a request admitted by
+// AwaitTurn went; probe is set for the request that tries a host after its
+// wait.
+func (t *Table) answered(k Key, probe chan struct{}) func(Outcome, time.Duration) {
+	var once sync.Once
+	return func(o Outcome, retryAfter time.Duration) {
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			now := t.now()
+			h := t.get(k, now)
+			switch {
+			case o == Throttled:
+				wait := max(retryAfter, throttleBackoff(h.throttled))
+				if until := now.Add(wait); until.After(h.retryAt) {
+					h.retryAt = until
+				}
+			case o == Canceled || o == Skipped:
+				// Nothing learned: the next request tries the host.
+			case probe != nil:
+				h.retryAt = time.Time{}
+			}
+			if probe != nil {
+				h.retryProbe = nil
+				close(probe)
+			}
+		})
+	}
+}
+
+// throttleBackoff is the wait after the n-th 429 in a row that named none:
+// containerd would repeat the request at once.
+func throttleBackoff(n int) time.Duration {
+	return (250 * time.Millisecond) << min(max(n-1, 0), 10)
+}
+
+// ThrottledError is a request not sent because its host asked for a wait
+// longer than the node allows.
+type ThrottledError struct {
+	Host      string
+	Wait, Max time.Duration
+}
+
+func (e *ThrottledError) Error() string {
+	return fmt.Sprintf("not tried: 429 Too Many Requests, asked to wait %s, longer than the node waits (%s)",
+		e.Wait.Round(time.Second), e.Max)
+}
+
 // SkippedError is a request not sent because its host is marked down.
 type SkippedError struct {
 	Host      string
@@ -287,6 +423,13 @@ type Status struct {
 	LastError string
 	LastErrAt time.Time
 	Requests  map[Outcome]uint64
+	// Serves lists, for a storage host (a CDN or object store a registry
+	// redirected blob downloads to), those registries; empty for a
+	// registry.
+	Serves []Key
+	// RetryAt is when a host that answered 429 may be asked again; zero
+	// when it did not ask for a wait.
+	RetryAt time.Time
 }
 
 // Hosts returns every host the table knows, sorted by key.
@@ -301,6 +444,10 @@ func (t *Table) Hosts() []Status {
 		s := Status{
 			Key: k, Up: !h.down, Probing: h.probing, Since: h.since, Failures: h.failures,
 			LastError: h.lastError, LastErrAt: h.lastErrAt, Requests: make(map[Outcome]uint64, len(h.requests)),
+			Serves: slices.Clone(h.serves),
+		}
+		if h.retryAt.After(t.now()) {
+			s.RetryAt = h.retryAt
 		}
 		if h.down {
 			s.NextProbe = h.until

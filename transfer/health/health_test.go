@@ -16,11 +16,24 @@ var (
 	upstream = Key{Scheme: "http", Host: "127.0.0.1:5000", Path: "/v2"}
 )
 
-// clock is a settable time for the table.
-type clock struct{ t time.Time }
+// clock is a settable time for the table, safe to read while requests
+// wait in other goroutines.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *clock) now() time.Time          { return c.t }
-func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
 
 func newTable(cfg Config) (*Table, *clock) {
 	c := &clock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}

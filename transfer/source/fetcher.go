@@ -111,15 +111,35 @@ type Hosts struct {
 
 // NewResolver returns containerd's registry resolver for hosts, with every
 // registry host's client recording through rec.
+//
+// The resolver is one pull's (or one digest check's), and it configures
+// each registry host once: containerd's ConfigureHosts makes a new
+// authorizer, with an empty token cache, every time it is asked, and a
+// pull asks for its resolve, for a waiting pull's prefetch and for the
+// fetch. Configured once, they share one bearer token per scope, as long
+// as it is valid, where each would fetch its own and be answered 401
+// first.
 func NewResolver(ctx context.Context, h Hosts, rec *Recorder) remotes.Resolver {
 	hosts := config.ConfigureHosts(ctx, config.HostOptions{
 		HostDir:       hostDirFunc(h.Dirs),
 		Credentials:   h.Credentials,
 		DefaultScheme: h.DefaultScheme,
 	})
+	var (
+		mu         sync.Mutex
+		configured = map[string][]docker.RegistryHost{}
+	)
 	return docker.NewResolver(docker.ResolverOptions{
 		Hosts: func(host string) ([]docker.RegistryHost, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if hs, ok := configured[host]; ok {
+				return hs, nil
+			}
 			hs, err := hosts(host)
+			if err != nil {
+				return nil, err
+			}
 			keys := make([]health.Key, len(hs))
 			for i, h := range hs {
 				keys[i] = health.Key{Scheme: h.Scheme, Host: h.Host, Path: h.Path}
@@ -131,7 +151,8 @@ func NewResolver(ctx context.Context, h Hosts, rec *Recorder) remotes.Resolver {
 				}
 				hs[i].Client = rec.wrap(hs[i].Client, h, ep)
 			}
-			return hs, err
+			configured[host] = hs
+			return hs, nil
 		},
 		Headers: h.Headers,
 	})

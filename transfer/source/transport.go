@@ -59,9 +59,53 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// object store, as Docker Hub, ECR and GCR do. The client follows it
 	// through this transport, and the request that follows is the blob's
 	// download all the same: it takes the place in the lane, and its bytes
-	// are the blob's, counted for the host that redirected.
+	// are the blob's, counted for the host that redirected. Its host's
+	// health is its own, though: a storage host that stalls is not the
+	// registry failing, and the registry still serves manifests.
 	first := origin(req)
 	kind, repo, ref := parsePath(first.URL.Path)
+	h := hostOf{key: t.ep.key}
+	if first != req {
+		h = hostOf{key: health.Key{Scheme: req.URL.Scheme, Host: req.URL.Host}, storage: true}
+		t.table.NoteStorage(h.key, t.ep.key)
+	}
+	// A host that answered 429 is asked again only when it said it may be.
+	answered, err := t.table.AwaitTurn(req.Context(), h.key)
+	if err != nil {
+		var throttled *health.ThrottledError
+		if errors.As(err, &throttled) {
+			t.rec.attempt(kind, ref, t.ep, health.Throttled, http.StatusTooManyRequests, h.detail(err.Error()))
+		}
+		return nil, err
+	}
+	resp, o, err := t.send(req, h, kind, repo, ref)
+	var wait time.Duration
+	if resp != nil && o == health.Throttled {
+		wait = retryAfter(resp.Header.Get("Retry-After"))
+	}
+	answered(o, wait)
+	return resp, err
+}
+
+// hostOf is the host a request goes to: the registry host of the
+// transport, or the storage host it redirected to.
+type hostOf struct {
+	key     health.Key
+	storage bool
+}
+
+// detail says what happened at the host, naming a storage host, which
+// errors otherwise put under the registry that redirected to it.
+func (h hostOf) detail(s string) string {
+	if h.storage {
+		return "storage " + h.key.Host + ": " + s
+	}
+	return s
+}
+
+// send makes the request to h and says how it went for the host.
+func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string) (*http.Response, health.Outcome, error) {
+	first := origin(req)
 	cfg := t.table.Config()
 	var download *place
 	if kind == "blobs" && req.Method == http.MethodGet && t.downloads != nil && !t.rec.fetchWatch().isConfig(digest.Digest(ref)) {
@@ -75,18 +119,18 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// its own layers a round trip more once the link is free.
 		release, err := t.downloads.Acquire(req.Context())
 		if err != nil {
-			return nil, err
+			return nil, health.Canceled, err
 		}
 		download = newPlace(release)
 	}
 	mustTry := len(t.ep.later) == 0 || !t.table.AnyUsable(t.ep.later)
-	admitted, err := t.table.Admit(t.ep.key, mustTry)
+	admitted, err := t.table.Admit(h.key, mustTry)
 	if err != nil {
 		if download != nil {
 			download.give()
 		}
-		t.rec.attempt(kind, ref, t.ep, health.Skipped, 0, err.Error())
-		return nil, err
+		t.rec.attempt(kind, ref, t.ep, health.Skipped, 0, h.detail(err.Error()))
+		return nil, health.Skipped, err
 	}
 
 	ctx, cancel := context.WithCancelCause(req.Context())
@@ -102,16 +146,16 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel(nil)
 		o := classifyErr(req.Context(), err)
 		admitted.Report(req.Context(), o, describeErr(err))
-		t.rec.attempt(kind, ref, t.ep, o, 0, describeErr(err))
-		return nil, err
+		t.rec.attempt(kind, ref, t.ep, o, 0, h.detail(describeErr(err)))
+		return nil, o, err
 	}
 	o := classifyStatus(resp.StatusCode)
 	admitted.Report(req.Context(), o, resp.Status)
-	t.rec.attempt(kind, ref, t.ep, o, resp.StatusCode, resp.Status)
+	t.rec.attempt(kind, ref, t.ep, o, resp.StatusCode, h.detail(resp.Status))
 	if resp.StatusCode >= 400 {
 		t.rec.noteRetryAfter(resp.Header.Get("Retry-After"))
 		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, download: download}
-		return resp, nil
+		return resp, o, nil
 	}
 	if isRedirect(resp) {
 		// Its body is not the blob, and the client closes it before it
@@ -121,7 +165,7 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp.Request = req // for origin; http.Transport sets it
 		}
 		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, download: download}
-		return resp, nil
+		return resp, o, nil
 	}
 	if download != nil {
 		download.answered(time.Since(sent), resp.ContentLength)
@@ -138,7 +182,7 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	body.failed = func(err error) {
 		o, detail := classifyErr(req.Context(), err), describeErr(err)
 		admitted.Report(req.Context(), o, detail)
-		t.rec.attempt(kind, ref, t.ep, o, 0, detail)
+		t.rec.attempt(kind, ref, t.ep, o, 0, h.detail(detail))
 	}
 	switch kind {
 	case "manifests":
@@ -156,7 +200,7 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	resp.Body = body
-	return resp, nil
+	return resp, o, nil
 }
 
 // origin is the request a chain of redirects began with: http.Client makes

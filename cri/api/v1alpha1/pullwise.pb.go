@@ -1153,7 +1153,16 @@ type RegistryHost struct {
 	Failures int32 `protobuf:"varint,7,opt,name=failures,proto3" json:"failures,omitempty"`
 	// Requests since the daemon started, by outcome: ok, answer (4xx but
 	// 429), throttled, server_error, unreachable, timeout, skipped, canceled.
-	Requests      map[string]uint64 `protobuf:"bytes,8,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Requests map[string]uint64 `protobuf:"bytes,8,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// "registry", a host that hosts.toml names (or the default host); or
+	// "storage", a CDN or object store that registries redirected blob
+	// downloads to, whose failures are its own and not theirs.
+	Kind string `protobuf:"bytes,9,opt,name=kind,proto3" json:"kind,omitempty"`
+	// For a storage host: the registry hosts that redirected to it.
+	Serves []string `protobuf:"bytes,10,rep,name=serves,proto3" json:"serves,omitempty"`
+	// While a host that answered 429 asked for no requests: when it may be
+	// asked again (Unix nanoseconds); 0 otherwise.
+	RetryAt       int64 `protobuf:"varint,11,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1242,6 +1251,27 @@ func (x *RegistryHost) GetRequests() map[string]uint64 {
 		return x.Requests
 	}
 	return nil
+}
+
+func (x *RegistryHost) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RegistryHost) GetServes() []string {
+	if x != nil {
+		return x.Serves
+	}
+	return nil
+}
+
+func (x *RegistryHost) GetRetryAt() int64 {
+	if x != nil {
+		return x.RetryAt
+	}
+	return 0
 }
 
 type ListRegistriesResponse struct {
@@ -1368,7 +1398,7 @@ const file_pullwise_proto_rawDesc = "" +
 	"\acallers\x18\a \x01(\x05R\acallers\"F\n" +
 	"\x11ListPullsResponse\x121\n" +
 	"\x05pulls\x18\x01 \x03(\v2\x1b.pullwise.cri.v1alpha1.PullR\x05pulls\"\x17\n" +
-	"\x15ListRegistriesRequest\"\xd8\x02\n" +
+	"\x15ListRegistriesRequest\"\x9f\x03\n" +
 	"\fRegistryHost\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
@@ -1379,7 +1409,11 @@ const file_pullwise_proto_rawDesc = "" +
 	"\n" +
 	"next_probe\x18\x06 \x01(\x03R\tnextProbe\x12\x1a\n" +
 	"\bfailures\x18\a \x01(\x05R\bfailures\x12M\n" +
-	"\brequests\x18\b \x03(\v21.pullwise.cri.v1alpha1.RegistryHost.RequestsEntryR\brequests\x1a;\n" +
+	"\brequests\x18\b \x03(\v21.pullwise.cri.v1alpha1.RegistryHost.RequestsEntryR\brequests\x12\x12\n" +
+	"\x04kind\x18\t \x01(\tR\x04kind\x12\x16\n" +
+	"\x06serves\x18\n" +
+	" \x03(\tR\x06serves\x12\x19\n" +
+	"\bretry_at\x18\v \x01(\x03R\aretryAt\x1a;\n" +
 	"\rRequestsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"S\n" +
