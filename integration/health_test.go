@@ -55,6 +55,9 @@ func (e *env) registries() map[string]registryJSON {
 
 type registryJSON struct {
 	Host      string            `json:"host"`
+	Kind      string            `json:"kind"`
+	Serves    []string          `json:"serves"`
+	RetryAt   string            `json:"retryAt"`
 	State     string            `json:"state"`
 	LastError string            `json:"lastError"`
 	NextProbe string            `json:"nextProbe"`

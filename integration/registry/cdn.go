@@ -23,6 +23,7 @@ type CDN struct {
 	recorder *recorder
 	files    http.Handler
 	bps      atomic.Int64 // per response; <= 0: unthrottled
+	stall    atomic.Bool  // answer nothing until the client goes away
 	stop     func() error
 }
 
@@ -55,12 +56,22 @@ func (c *CDN) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		rec.Status, rec.Bytes, rec.End = rw.status, rw.bytes, time.Now()
 		c.recorder.end(rec)
 	}()
+	if c.stall.Load() {
+		rec.Faulted = true
+		<-req.Context().Done()
+		return
+	}
 	c.files.ServeHTTP(rw, req)
 }
 
 // SetRate paces each response body that starts from now on at bps bytes
 // per second, so that downloads last long enough to overlap; 0 lifts it.
 func (c *CDN) SetRate(bps int64) { c.bps.Store(bps) }
+
+// SetStall makes the CDN answer no request that starts from now on, as a
+// storage host that accepts connections and then hangs: each waits until
+// its client goes away. false serves again.
+func (c *CDN) SetStall(on bool) { c.stall.Store(on) }
 
 // Host returns "127.0.0.1:PORT".
 func (c *CDN) Host() string { return c.host }

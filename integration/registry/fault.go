@@ -191,8 +191,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // HoldBlobs makes r hold the blob requests of the repositories match
 // accepts until the returned release func is called (at the latest when
-// the test ends), so tests decide when pulls may finish. It replaces any
-// installed fault.
+// the test ends), so tests decide when pulls may finish. A fault installed
+// before applies as well, once a held request is released.
 func (r *Registry) HoldBlobs(t testing.TB, match func(repo string) bool) (release func()) {
 	ch := make(chan struct{})
 	var once sync.Once
@@ -200,9 +200,13 @@ func (r *Registry) HoldBlobs(t testing.TB, match func(repo string) bool) (releas
 	// Registered after the registry's own cleanup, so it runs first and
 	// held handlers can finish before the server shuts down.
 	t.Cleanup(release)
+	before := r.faults.Load()
 	r.SetFault(func(req Request) *Fault {
 		if req.Kind == KindBlob && match(req.Repo) {
 			<-ch
+		}
+		if before != nil {
+			return (*before)(req)
 		}
 		return nil
 	})

@@ -51,6 +51,13 @@ func (s *TokenServer) Fetches(scope string) int {
 	return s.fetches[scope]
 }
 
+// String lists the fetches by scope, for failure messages.
+func (s *TokenServer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprint(s.fetches)
+}
+
 func (s *TokenServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if s.creds != nil {
 		if u, p, ok := req.BasicAuth(); !ok || u != s.creds.User || p != s.creds.Password {

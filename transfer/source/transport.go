@@ -151,7 +151,11 @@ func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string
 	}
 	o := classifyStatus(resp.StatusCode)
 	admitted.Report(req.Context(), o, resp.Status)
-	t.rec.attempt(kind, ref, t.ep, o, resp.StatusCode, h.detail(resp.Status))
+	if !isRedirect(resp) {
+		// A redirect serves nothing yet: the request it leads to is what
+		// the pull got, or did not get, from this host.
+		t.rec.attempt(kind, ref, t.ep, o, resp.StatusCode, h.detail(resp.Status))
+	}
 	if resp.StatusCode >= 400 {
 		t.rec.noteRetryAfter(resp.Header.Get("Retry-After"))
 		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, download: download}
