@@ -155,7 +155,6 @@ func TestBearerTokenOncePerPull(t *testing.T) {
 	}
 }
 
-
 // manifestRequests lists the manifest requests upstream saw, in order.
 func manifestRequests(r *registry.Registry) []registry.Request {
 	var out []registry.Request
