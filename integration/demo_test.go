@@ -113,7 +113,7 @@ func testDemoComplete(t *testing.T, bin string) {
 	want(5, "batch pull failed", strings.Contains(steps[5], "Pulled "+ref("batch")+" (not-present)"))
 	want(5, "no layer resumed on upstream", strings.Contains(steps[5], "with Range: bytes="))
 	want(5, "registries does not show the mirror down",
-		regexp.MustCompile(`(?m)^http://`+regexp.QuoteMeta(mirror)+`/v2\s+down\s`).MatchString(steps[5]))
+		regexp.MustCompile(`(?m)^http://`+regexp.QuoteMeta(mirror)+`/v2\s+registry\s+down\s`).MatchString(steps[5]))
 	want(5, "report not pulled from upstream", strings.Contains(steps[5], "Pulled "+ref("report")+" (not-present)") &&
 		strings.Contains(steps[5], "Source: "+ref("report")))
 	skipped := regexp.MustCompile(`none of its (\d+) requests to the mirror`).FindStringSubmatch(steps[5])

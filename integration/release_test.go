@@ -46,8 +46,8 @@ func containerdVersion(t *testing.T, bin string) buildVersion {
 // the Pullwise version and the commit of this checkout.
 func requireVersionEverywhere(t *testing.T, e *env, containerd, pullctl string) {
 	t.Helper()
-	upstream := goOutput(t, "list", "-m", "-f", "{{.Version}}", "github.com/containerd/containerd/v2")
-	head := gitOutput(t, "rev-parse", "HEAD")
+	upstream := output(t, "go", "list", "-m", "-f", "{{.Version}}", "github.com/containerd/containerd/v2")
+	head := output(t, "git", "rev-parse", "HEAD")
 
 	v := containerdVersion(t, containerd)
 	if v.pkg != "github.com/pullwise/pullwise" {
@@ -95,20 +95,13 @@ func requireVersionEverywhere(t *testing.T, e *env, containerd, pullctl string) 
 	}
 }
 
-func goOutput(t *testing.T, args ...string) string {
+// output runs a command of the developer's tools (go, git) in this
+// checkout and returns what it printed, trimmed.
+func output(t *testing.T, name string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("go", args...).Output()
+	out, err := exec.Command(name, args...).Output()
 	if err != nil {
-		t.Fatalf("go %s: %v", strings.Join(args, " "), err)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func gitOutput(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command("git", args...).Output()
-	if err != nil {
-		t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+		t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
 	}
 	return strings.TrimSpace(string(out))
 }

@@ -314,11 +314,15 @@ func (t *Table) answered(k Key, probe chan struct{}) func(Outcome, time.Duration
 	}
 }
 
-// throttleBackoff is the wait after the n-th 429 in a row that named none:
-// containerd would repeat the request at once.
+// throttleBackoff is the wait after the n-th 429 in a row that named none,
+// where containerd would repeat the request at once: 250ms, doubling to
+// 2s. It stays short, since the registry asked for no wait, and five 429s
+// in a row mark the host failed anyway.
 func throttleBackoff(n int) time.Duration {
-	return (250 * time.Millisecond) << min(max(n-1, 0), 10)
+	return min((250*time.Millisecond)<<min(max(n-1, 0), 4), maxThrottleBackoff)
 }
+
+const maxThrottleBackoff = 2 * time.Second
 
 // ThrottledError is a request not sent because its host asked for a wait
 // longer than the node allows.

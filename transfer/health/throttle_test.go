@@ -44,6 +44,7 @@ func TestThrottleWait(t *testing.T) {
 		{name: "Retry-After honoured", retryAfter: 3 * time.Second, want: 3 * time.Second},
 		{name: "no Retry-After: back-off of the streak", want: 250 * time.Millisecond},
 		{name: "third in a row", streak: 2, want: time.Second},
+		{name: "ninth in a row: the back-off stops growing", streak: 8, want: 2 * time.Second},
 		{name: "Retry-After over the streak", streak: 2, retryAfter: 5 * time.Second, want: 5 * time.Second},
 		{name: "longer than the node waits", retryAfter: 2 * time.Minute, want: 2 * time.Minute, refused: true},
 	} {
