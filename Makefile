@@ -8,6 +8,9 @@ BIN       := $(CURDIR)/bin
 VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --dirty=.m --always 2>/dev/null || echo dev)
 REVISION  ?= $(shell r=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD || r=$$r.m; echo $$r; })
 LDFLAGS   := -X github.com/pullwise/pullwise/plugin/version.Version=$(VERSION) -X github.com/pullwise/pullwise/plugin/version.Revision=$(REVISION)
+# containerd's own version package, for the binaries built from its module
+# and for bin/containerd (hack/version). Evaluated where used.
+CTRD_LDFLAGS = $(shell $(GO) run -ldflags '$(LDFLAGS)' ./hack/version)
 RUN_DIR   := $(CURDIR)/_run
 PROTO_DIR := cri/api/v1alpha1
 # Integration tests talk to a real daemon; give them room but stay well inside CI's budget.
@@ -24,20 +27,20 @@ all: build
 build: containerd pullctl ctr shim
 
 containerd: deps-build
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/containerd ./cmd/containerd
+	$(GO) build -ldflags '$(LDFLAGS) $(CTRD_LDFLAGS)' -o $(BIN)/containerd ./cmd/containerd
 
 pullctl:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/pullctl ./cmd/pullctl
 
 # ctr comes from the pinned containerd module, so it matches the daemon exactly.
 ctr:
-	$(GO) build -o $(BIN)/ctr github.com/containerd/containerd/v2/cmd/ctr
+	$(GO) build -ldflags '$(CTRD_LDFLAGS)' -o $(BIN)/ctr github.com/containerd/containerd/v2/cmd/ctr
 
 # The runc shim, also from the pinned module, for pods and containers in the
 # integration tests (runc itself comes from Debian's runc package). The test
 # harness puts $(BIN) first in containerd's PATH, so this one is used.
 shim:
-	$(GO) build -o $(BIN)/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+	$(GO) build -ldflags '$(CTRD_LDFLAGS)' -o $(BIN)/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 
 # What each target needs from Debian's packages, installed when missing
 # (hack/deps.sh): libdeflate for bin/containerd; runc for pods; protoc for
@@ -73,9 +76,9 @@ demo: build
 RELEASE_DIR := $(CURDIR)/_release
 RELEASE_TARBALL = $(RELEASE_DIR)/pullwise-$(VERSION:v%=%)-linux-$(shell $(GO) env GOARCH).tar.gz
 release: deps-build
-	@GO=$(GO) hack/release.sh $(RELEASE_DIR) $(VERSION) $(REVISION)
+	@GO=$(GO) hack/release.sh "$(RELEASE_DIR)" "$(VERSION)" "$(REVISION)"
 release-stage: deps-build
-	@GO=$(GO) hack/release.sh $(RELEASE_DIR) $(VERSION) $(REVISION) stage
+	@GO=$(GO) hack/release.sh "$(RELEASE_DIR)" "$(VERSION)" "$(REVISION)" stage
 
 # Installs what the release holds: the binaries under $(PREFIX)/bin, the
 # systemd unit where systemd looks for a local admin's units, starting

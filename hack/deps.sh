@@ -37,5 +37,6 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "make $target: installing ${missing[*]} from Debian's packages"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq "${missing[@]}" >/dev/null
+# Waits for the dpkg lock rather than fail: `make -j` may run two of these.
+apt-get -o DPkg::Lock::Timeout=300 update -qq
+apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}" >/dev/null

@@ -22,18 +22,17 @@ flags=(-trimpath)
 pw=github.com/pullwise/pullwise/plugin/version
 ldflags="-s -w -X $pw.Version=$version -X $pw.Revision=$revision"
 
+# containerd's own version package gets the version plugin/version makes
+# (hack/version), in every binary: containerd reads it before any Pullwise
+# code runs, and ctr and the shim come from containerd's module.
+ctrd_ldflags="-s -w $($go run -ldflags "$ldflags" ./hack/version)"
 # containerd links libdeflate statically and glibc dynamically, as
 # containerd's own release links glibc.
-CGO_ENABLED=1 $go build "${flags[@]}" -ldflags "$ldflags" -o "$stage/bin/containerd" ./cmd/containerd
+CGO_ENABLED=1 $go build "${flags[@]}" -ldflags "$ldflags $ctrd_ldflags" -o "$stage/bin/containerd" ./cmd/containerd
 # The rest are static, as containerd's shim is: they run wherever the
 # daemon does, with no libc to match.
 CGO_ENABLED=0 $go build "${flags[@]}" -ldflags "$ldflags" -o "$stage/bin/pullctl" ./cmd/pullctl
-# ctr and the shim come from the pinned containerd module. They carry the
-# version string the daemon reports, read off the daemon just built so that
-# one piece of code (plugin/version) makes it.
-read -r _ pkg runtime_version revision < <("$stage/bin/containerd" --version)
 ctrd=github.com/containerd/containerd/v2
-ctrd_ldflags="-s -w -X $ctrd/version.Package=$pkg -X $ctrd/version.Version=$runtime_version -X $ctrd/version.Revision=$revision"
 CGO_ENABLED=0 $go build "${flags[@]}" -ldflags "$ctrd_ldflags" -o "$stage/bin/ctr" $ctrd/cmd/ctr
 CGO_ENABLED=0 $go build "${flags[@]}" -ldflags "$ctrd_ldflags" -o "$stage/bin/containerd-shim-runc-v2" $ctrd/cmd/containerd-shim-runc-v2
 

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -72,6 +73,11 @@ func requireVersionEverywhere(t *testing.T, e *env, containerd, pullctl string) 
 	// Parsed as kubelet parses it for the node's containerRuntimeVersion.
 	if sv, err := utilversion.ParseSemantic(cri.GetRuntimeVersion()); err != nil || "v"+sv.String() != v.runtime {
 		t.Errorf("kubelet parses RuntimeVersion %q as %v (%v)", cri.GetRuntimeVersion(), sv, err)
+	}
+
+	// containerd's own metric, registered before any Pullwise code runs.
+	if got := e.metric(fmt.Sprintf(`containerd_build_info{revision=%q,version=%q}`, v.revision, v.runtime)); got != 1 {
+		t.Errorf("containerd_build_info for %+v = %v, want 1", v, got)
 	}
 
 	out, err := exec.Command(pullctl, "-r", e.d.Endpoint(), "version", "-o", "json").CombinedOutput()

@@ -1,4 +1,9 @@
 // Command containerd is containerd built with the Pullwise plugins.
+//
+// Its version (containerd --version, the start log, CRI's RuntimeVersion,
+// containerd_build_info) is containerd's own version package, set at link
+// time as upstream's release sets it, to what plugin/version makes: see
+// hack/version.
 package main
 
 import (
@@ -7,22 +12,9 @@ import (
 	"os"
 
 	"github.com/containerd/containerd/v2/cmd/containerd/command"
-	ctrdversion "github.com/containerd/containerd/v2/version"
 
 	_ "github.com/pullwise/pullwise/cmd/containerd/builtins"
-	"github.com/pullwise/pullwise/plugin/version"
 )
-
-// containerd's own release sets these with -ldflags -X. Set here instead,
-// from the module graph and the VCS stamp, so that `containerd --version`,
-// the start log and CRI's RuntimeVersion name the upstream release, the
-// Pullwise version and the commit however the binary was built. They are
-// set before command.App reads them.
-func init() {
-	ctrdversion.Package = version.Package
-	ctrdversion.Version = version.Runtime()
-	ctrdversion.Revision = version.Commit()
-}
 
 func main() {
 	if err := command.App().Run(context.Background(), os.Args); err != nil {

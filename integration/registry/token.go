@@ -25,7 +25,8 @@ type TokenServer struct {
 
 	mu      sync.Mutex
 	tokens  map[string]string // token: the scope it grants
-	fetches map[string]int    // scope: token fetches
+	fetches map[string]int    // scope: token fetches, failed ones too
+	failing int               // fetches still to answer 503
 }
 
 // StartTokenServer runs a token server until the test ends. creds, when
@@ -51,6 +52,14 @@ func (s *TokenServer) Fetches(scope string) int {
 	return s.fetches[scope]
 }
 
+// FailNext answers the next n token fetches 503, as a token service
+// having a bad moment.
+func (s *TokenServer) FailNext(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing = n
+}
+
 // String lists the fetches by scope, for failure messages.
 func (s *TokenServer) String() string {
 	s.mu.Lock()
@@ -66,12 +75,22 @@ func (s *TokenServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	scope := req.URL.Query().Get("scope")
+	s.mu.Lock()
+	s.fetches[scope]++
+	fail := s.failing > 0
+	if fail {
+		s.failing--
+	}
+	s.mu.Unlock()
+	if fail {
+		http.Error(w, "token service unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	b := make([]byte, 16)
 	rand.Read(b) //nolint:errcheck // never fails (crypto/rand)
 	token := hex.EncodeToString(b)
 	s.mu.Lock()
 	s.tokens[token] = scope
-	s.fetches[scope]++
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{"token": token, "expires_in": 300}) //nolint:errcheck

@@ -48,7 +48,9 @@ func fromBuildInfo(bi *debug.BuildInfo) buildInfo {
 	for _, dep := range bi.Deps {
 		if dep.Path == upstreamModule {
 			b.upstream = dep.Version
-			if dep.Replace != nil {
+			// A replacement by another version is what is built; one by a
+			// local directory has no version, and keeps the required one.
+			if dep.Replace != nil && dep.Replace.Version != "" {
 				b.upstream = dep.Replace.Version
 			}
 		}

@@ -61,4 +61,8 @@ func TestFromBuildInfo(t *testing.T) {
 	if got := fromBuildInfo(bi); got.upstream != "v2.4.3-fork" {
 		t.Fatalf("replaced module: upstream = %q", got.upstream)
 	}
+	bi.Deps[1].Replace = &debug.Module{Path: "../containerd"}
+	if got := fromBuildInfo(bi); got.upstream != "v2.4.2" {
+		t.Fatalf("module replaced by a directory: upstream = %q, want the required version", got.upstream)
+	}
 }

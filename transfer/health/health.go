@@ -103,10 +103,13 @@ type host struct {
 	requests  map[Outcome]uint64
 	serves    []Key // registries whose blob downloads this host served after a redirect
 
-	// No request before retryAt: the host answered 429. After it, one
-	// request at a time tries the host (retryProbe, closed when it is
-	// answered) while the others wait for its answer.
+	// No request before retryAt: the host answered 429 (throttle.go).
+	// After it, one request at a time tries the host (retryProbe, closed
+	// when it is answered) while the others wait for its answer. askedAt
+	// is when the host said it may be asked again, for errors: retryAt
+	// may be sooner.
 	retryAt    time.Time
+	askedAt    time.Time
 	retryProbe chan struct{}
 }
 
@@ -225,115 +228,6 @@ func (t *Table) NoteStorage(k, registry Key) {
 		h.serves = append(h.serves, registry)
 		slices.SortFunc(h.serves, func(a, b Key) int { return strings.Compare(a.String(), b.String()) })
 	}
-}
-
-// AwaitTurn holds a request to k while the host has asked for none: until
-// the time its Retry-After named (or its 429 streak suggests), and then
-// while one request tries it again, since a host still throttling would
-// answer every waiting request 429. So concurrent pulls share one wait and
-// one retry. A wait longer than MaxRetryWait is not waited: it returns a
-// *ThrottledError at once. answered must be called once with how the
-// request went, also when it was never sent.
-func (t *Table) AwaitTurn(ctx context.Context, k Key) (answered func(o Outcome, retryAfter time.Duration), err error) {
-	if t == nil || t.cfg.MaxRetryWait <= 0 {
-		return func(Outcome, time.Duration) {}, nil
-	}
-	for {
-		t.mu.Lock()
-		now := t.now()
-		h := t.get(k, now)
-		var (
-			probed <-chan struct{} // the answer of the request trying the host
-			timer  *time.Timer     // the end of the wait the host asked for
-		)
-		switch {
-		case h.retryProbe != nil:
-			probed = h.retryProbe
-		case now.Before(h.retryAt):
-			wait := h.retryAt.Sub(now)
-			if wait > t.cfg.MaxRetryWait {
-				h.requests[Skipped]++
-				t.mu.Unlock()
-				return nil, &ThrottledError{Host: k.Host, Wait: wait, Max: t.cfg.MaxRetryWait}
-			}
-			timer = time.NewTimer(wait)
-		case !h.retryAt.IsZero():
-			// The wait is over: this request tries the host.
-			probe := make(chan struct{})
-			h.retryProbe = probe
-			t.mu.Unlock()
-			return t.answered(k, probe), nil
-		default:
-			t.mu.Unlock()
-			return t.answered(k, nil), nil
-		}
-		t.mu.Unlock()
-		var expired <-chan time.Time
-		if timer != nil {
-			expired = timer.C
-		}
-		select {
-		case <-probed:
-		case <-expired:
-		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
-			}
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// answered returns the func that tells the table how a request admitted by
-// AwaitTurn went; probe is set for the request that tries a host after its
-// wait.
-func (t *Table) answered(k Key, probe chan struct{}) func(Outcome, time.Duration) {
-	var once sync.Once
-	return func(o Outcome, retryAfter time.Duration) {
-		once.Do(func() {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			now := t.now()
-			h := t.get(k, now)
-			switch {
-			case o == Throttled:
-				wait := max(retryAfter, throttleBackoff(h.throttled))
-				if until := now.Add(wait); until.After(h.retryAt) {
-					h.retryAt = until
-				}
-			case o == Canceled || o == Skipped:
-				// Nothing learned: the next request tries the host.
-			case probe != nil:
-				h.retryAt = time.Time{}
-			}
-			if probe != nil {
-				h.retryProbe = nil
-				close(probe)
-			}
-		})
-	}
-}
-
-// throttleBackoff is the wait after the n-th 429 in a row that named none,
-// where containerd would repeat the request at once: 250ms, doubling to
-// 2s. It stays short, since the registry asked for no wait, and five 429s
-// in a row mark the host failed anyway.
-func throttleBackoff(n int) time.Duration {
-	return min((250*time.Millisecond)<<min(max(n-1, 0), 4), maxThrottleBackoff)
-}
-
-const maxThrottleBackoff = 2 * time.Second
-
-// ThrottledError is a request not sent because its host asked for a wait
-// longer than the node allows.
-type ThrottledError struct {
-	Host      string
-	Wait, Max time.Duration
-}
-
-func (e *ThrottledError) Error() string {
-	return fmt.Sprintf("not tried: 429 Too Many Requests, asked to wait %s, longer than the node waits (%s)",
-		e.Wait.Round(time.Second), e.Max)
 }
 
 // SkippedError is a request not sent because its host is marked down.

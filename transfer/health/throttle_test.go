@@ -7,78 +7,109 @@ import (
 	"time"
 )
 
-// turn asks for a turn at k and returns its answer func, failing the test
-// on an error.
-func turn(t *testing.T, tb *Table, k Key) func(Outcome, time.Duration) {
+// turn asks for a turn at k that must be given at once, and returns its
+// answer func.
+func turn(t *testing.T, tb *Table, k Key, first time.Time) func(Outcome, time.Duration) {
 	t.Helper()
-	answered, err := tb.AwaitTurn(ctx, k)
-	if err != nil {
-		t.Fatalf("AwaitTurn: %v", err)
+	answered, wait, err := tb.Turn(k, first)
+	if err != nil || wait != nil {
+		t.Fatalf("Turn: %v (wait %v), want a turn at once", err, wait != nil)
 	}
 	return answered
 }
 
-// waiting starts an AwaitTurn at k in the background; its result arrives on
-// the returned channel.
-func waiting(tb *Table, k Key) <-chan error {
+// waiting asks for a turn at k in the background, waiting as told, and
+// answers OK once it has it; the result arrives on the channel.
+func waiting(tb *Table, k Key, first time.Time) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		answered, err := tb.AwaitTurn(ctx, k)
-		if err == nil {
-			answered(OK, 0)
+		for {
+			answered, wait, err := tb.Turn(k, first)
+			switch {
+			case err != nil:
+				done <- err
+				return
+			case answered != nil:
+				answered(OK, 0)
+				done <- nil
+				return
+			}
+			if err := wait(ctx); err != nil {
+				done <- err
+				return
+			}
 		}
-		done <- err
 	}()
 	return done
 }
 
+// throttle makes one request to k that the host answers 429 with
+// retryAfter, as the transport reports it.
+func throttle(t *testing.T, tb *Table, k Key, first time.Time, retryAfter time.Duration) {
+	t.Helper()
+	answered := turn(t, tb, k, first)
+	r, _ := tb.Admit(k, true)
+	r.Report(ctx, Throttled, "429 Too Many Requests")
+	answered(Throttled, retryAfter)
+}
+
 func TestThrottleWait(t *testing.T) {
-	cfg := Config{MaxRetryWait: 30 * time.Second, ThrottleLimit: 5}
 	for _, tc := range []struct {
-		name       string
-		retryAfter time.Duration // of the 429
-		streak     int           // 429s in a row before it, with no Retry-After
-		want       time.Duration // when the host may be asked again; 0: at once
-		refused    bool          // longer than MaxRetryWait: not waited
+		name        string
+		maxCooldown time.Duration
+		retryAfter  time.Duration // of the 429
+		streak      int           // 429s in a row before it, with no Retry-After
+		want        time.Duration // when the host may be asked again
+		refused     bool          // longer than MaxRetryWait: not waited
+		probeAfter  time.Duration // when refused: when one request tries anyway
 	}{
 		{name: "Retry-After honoured", retryAfter: 3 * time.Second, want: 3 * time.Second},
 		{name: "no Retry-After: back-off of the streak", want: 250 * time.Millisecond},
 		{name: "third in a row", streak: 2, want: time.Second},
 		{name: "ninth in a row: the back-off stops growing", streak: 8, want: 2 * time.Second},
 		{name: "Retry-After over the streak", streak: 2, retryAfter: 5 * time.Second, want: 5 * time.Second},
-		{name: "longer than the node waits", retryAfter: 2 * time.Minute, want: 2 * time.Minute, refused: true},
+		{name: "longer than the node waits", retryAfter: 2 * time.Minute, want: 2 * time.Minute, refused: true, probeAfter: 30 * time.Second},
+		{name: "hours: tried after the longest cooldown", maxCooldown: 5 * time.Minute, retryAfter: 6 * time.Hour,
+			want: 6 * time.Hour, refused: true, probeAfter: 5 * time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tb, clk := newTable(cfg)
+			tb, clk := newTable(Config{MaxRetryWait: 30 * time.Second, ThrottleLimit: 5, MaxCooldown: tc.maxCooldown})
 			for range tc.streak {
 				r, _ := tb.Admit(upstream, true)
 				r.Report(ctx, Throttled, "429")
 			}
-			answered := turn(t, tb, upstream)
-			r, _ := tb.Admit(upstream, true)
-			r.Report(ctx, Throttled, "429 Too Many Requests")
-			answered(Throttled, tc.retryAfter)
+			throttle(t, tb, upstream, clk.now(), tc.retryAfter)
 
-			if got := status(t, tb, upstream).RetryAt.Sub(clk.now()); got != tc.want {
-				t.Fatalf("RetryAt in %s, want %s", got, tc.want)
-			}
-			if tc.refused {
-				_, err := tb.AwaitTurn(ctx, upstream)
-				var throttled *ThrottledError
-				if !errors.As(err, &throttled) || throttled.Wait != tc.want || throttled.Host != upstream.Host {
-					t.Fatalf("AwaitTurn: %v, want a refusal naming %s and %s", err, upstream.Host, tc.want)
+			if !tc.refused {
+				if got := status(t, tb, upstream).RetryAt.Sub(clk.now()); got != tc.want {
+					t.Fatalf("RetryAt in %s, want %s", got, tc.want)
+				}
+				// Past the wait, the request goes, and once it got through
+				// the host is asked at once. (The table's clock is not the
+				// timers': a request before it would wait for ever.)
+				clk.advance(tc.want)
+				turn(t, tb, upstream, clk.now())(OK, 0)
+				turn(t, tb, upstream, clk.now())(OK, 0)
+				if got := status(t, tb, upstream).RetryAt; !got.IsZero() {
+					t.Fatalf("RetryAt %s after the host answered", got)
 				}
 				return
 			}
-			// Past the wait, the request goes, and once it got through
-			// the host is asked at once. (The table's clock is not the
-			// timers': a request before it would wait for ever.)
-			clk.advance(tc.want)
-			turn(t, tb, upstream)(OK, 0)
-			turn(t, tb, upstream)(OK, 0)
-			if got := status(t, tb, upstream).RetryAt; !got.IsZero() {
-				t.Fatalf("RetryAt %s after the host answered", got)
+			_, _, err := tb.Turn(upstream, clk.now())
+			var throttled *ThrottledError
+			if !errors.As(err, &throttled) || throttled.Wait != tc.want || throttled.Host != upstream.Host {
+				t.Fatalf("Turn: %v, want a refusal naming %s and %s", err, upstream.Host, tc.want)
 			}
+			// However long it asked for, one request tries the host again
+			// after probeAfter: the daemon does not shut it out for good.
+			clk.advance(tc.probeAfter)
+			answered := turn(t, tb, upstream, clk.now())
+			_, _, err = tb.Turn(upstream, clk.now().Add(-tc.probeAfter))
+			if !errors.As(err, &throttled) {
+				t.Fatalf("a request that has waited as long as the node waits, while the retry is out: %v, want a refusal", err)
+			}
+			answered(OK, 0)
+			turn(t, tb, upstream, clk.now())(OK, 0)
 		})
 	}
 }
@@ -87,11 +118,11 @@ func TestThrottleWait(t *testing.T) {
 // the others wait for its answer, and follow it.
 func TestThrottleOneRetryForAll(t *testing.T) {
 	tb, clk := newTable(Config{MaxRetryWait: 30 * time.Second})
-	turn(t, tb, mirror)(Throttled, 5*time.Second)
+	throttle(t, tb, mirror, clk.now(), 5*time.Second)
 	clk.advance(5 * time.Second)
 
-	probe := turn(t, tb, mirror)
-	others := []<-chan error{waiting(tb, mirror), waiting(tb, mirror), waiting(tb, upstream)}
+	probe := turn(t, tb, mirror, clk.now())
+	others := []<-chan error{waiting(tb, mirror, clk.now()), waiting(tb, mirror, clk.now()), waiting(tb, upstream, clk.now())}
 	// Another host is not held by this one's wait.
 	if err := <-others[2]; err != nil {
 		t.Fatalf("upstream: %v", err)
@@ -119,19 +150,18 @@ func TestThrottleOneRetryForAll(t *testing.T) {
 // request to try the host; a waiting caller that goes away returns.
 func TestThrottleRetryGivesUp(t *testing.T) {
 	tb, clk := newTable(Config{MaxRetryWait: 30 * time.Second})
-	turn(t, tb, mirror)(Throttled, time.Second)
+	throttle(t, tb, mirror, clk.now(), time.Second)
 	clk.advance(time.Second)
 
-	probe := turn(t, tb, mirror)
-	next := waiting(tb, mirror)
+	probe := turn(t, tb, mirror, clk.now())
+	next := waiting(tb, mirror, clk.now())
+	_, wait, err := tb.Turn(mirror, clk.now())
+	if err != nil || wait == nil {
+		t.Fatalf("Turn while the retry is out: %v", err)
+	}
 	cctx, cancel := context.WithCancel(ctx)
-	gone := make(chan error, 1)
-	go func() {
-		_, err := tb.AwaitTurn(cctx, mirror)
-		gone <- err
-	}()
 	cancel()
-	if err := <-gone; !errors.Is(err, context.Canceled) {
+	if err := wait(cctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", err)
 	}
 	probe(Canceled, 0)
@@ -144,13 +174,14 @@ func TestThrottleRetryGivesUp(t *testing.T) {
 }
 
 func TestThrottleOff(t *testing.T) {
-	tb, _ := newTable(Config{})
-	turn(t, tb, mirror)(Throttled, time.Hour)
-	if _, err := tb.AwaitTurn(ctx, mirror); err != nil {
+	tb, clk := newTable(Config{})
+	answered, _, _ := tb.Turn(mirror, clk.now())
+	answered(Throttled, time.Hour)
+	if answered, wait, err := tb.Turn(mirror, clk.now()); err != nil || wait != nil || answered == nil {
 		t.Fatalf("with MaxRetryWait 0 requests go at once, as stock's: %v", err)
 	}
 	var nilTable *Table
-	if _, err := nilTable.AwaitTurn(ctx, mirror); err != nil {
+	if answered, _, err := nilTable.Turn(mirror, clk.now()); err != nil || answered == nil {
 		t.Fatal(err)
 	}
 }

@@ -150,6 +150,14 @@ func NewResolver(ctx context.Context, h Hosts, rec *Recorder) remotes.Resolver {
 					ep.role = roleUpstream
 				}
 				hs[i].Client = rec.wrap(hs[i].Client, h, ep)
+				if hs[i].Authorizer != nil {
+					hs[i].Authorizer = &renewingAuthorizer{inner: hs[i].Authorizer, renew: func() docker.Authorizer {
+						if again, err := hosts(host); err == nil && len(again) == len(hs) {
+							return again[i].Authorizer
+						}
+						return nil
+					}}
+				}
 			}
 			configured[host] = hs
 			return hs, nil

@@ -65,26 +65,11 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	first := origin(req)
 	kind, repo, ref := parsePath(first.URL.Path)
 	h := hostOf{key: t.ep.key}
-	if first != req {
+	if first != req && req.URL.Host != t.ep.key.Host {
 		h = hostOf{key: health.Key{Scheme: req.URL.Scheme, Host: req.URL.Host}, storage: true}
 		t.table.NoteStorage(h.key, t.ep.key)
 	}
-	// A host that answered 429 is asked again only when it said it may be.
-	answered, err := t.table.AwaitTurn(req.Context(), h.key)
-	if err != nil {
-		var throttled *health.ThrottledError
-		if errors.As(err, &throttled) {
-			t.rec.attempt(kind, ref, t.ep, health.Throttled, http.StatusTooManyRequests, h.detail(err.Error()))
-		}
-		return nil, err
-	}
-	resp, o, err := t.send(req, h, kind, repo, ref)
-	var wait time.Duration
-	if resp != nil && o == health.Throttled {
-		wait = retryAfter(resp.Header.Get("Retry-After"))
-	}
-	answered(o, wait)
-	return resp, err
+	return t.send(req, h, kind, repo, ref)
 }
 
 // hostOf is the host a request goes to: the registry host of the
@@ -103,34 +88,64 @@ func (h hostOf) detail(s string) string {
 	return s
 }
 
-// send makes the request to h and says how it went for the host.
-func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string) (*http.Response, health.Outcome, error) {
+// send makes the request to h, once the host gives it a turn.
+func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string) (_ *http.Response, err error) {
 	first := origin(req)
 	cfg := t.table.Config()
+	// A download place is held from the request to the body's last round
+	// trip (see place), as containerd's own limiter would be to its end.
+	// An image config takes none: it is a few KiB, and containerd requests
+	// none of the image's layers before it has it, so in an oldest-first
+	// lane a young pull's config would wait for every older pull's layers,
+	// and its own layers a round trip more once the link is free.
+	needsPlace := kind == "blobs" && req.Method == http.MethodGet && t.downloads != nil && !t.rec.fetchWatch().isConfig(digest.Digest(ref))
 	var download *place
-	if kind == "blobs" && req.Method == http.MethodGet && t.downloads != nil && !t.rec.fetchWatch().isConfig(digest.Digest(ref)) {
-		// A download place is held from the request to the body's last
-		// round trip (see place), as containerd's own limiter would be
-		// to its end. It is taken before the host is admitted, so a
-		// probe never waits in the lane. An image config takes none: it
-		// is a few KiB, and containerd requests none of the image's
-		// layers before it has it, so in an oldest-first lane a young
-		// pull's config would wait for every older pull's layers, and
-		// its own layers a round trip more once the link is free.
-		release, err := t.downloads.Acquire(req.Context())
-		if err != nil {
-			return nil, health.Canceled, err
+	giveBack := func() {
+		if download != nil {
+			download.give()
+			download = nil
 		}
-		download = newPlace(release)
 	}
+	// The turn is asked for with the place held, so that a request that
+	// waited in the lane still honours a 429 answered meanwhile, and the
+	// request that retries a throttled host is one about to be sent.
+	var answered func(health.Outcome, time.Duration)
+	for asked := time.Now(); answered == nil; {
+		if needsPlace {
+			release, err := t.downloads.Acquire(req.Context())
+			if err != nil {
+				return nil, err
+			}
+			download = newPlace(release)
+		}
+		var wait func(context.Context) error
+		answered, wait, err = t.table.Turn(h.key, asked)
+		if err != nil {
+			giveBack()
+			t.rec.attempt(kind, ref, t.ep, health.Throttled, http.StatusTooManyRequests, h.detail(err.Error()))
+			return nil, err
+		}
+		if answered == nil {
+			// The lane serves other pulls while this one waits; the
+			// place is taken again after, in the pull's order.
+			giveBack()
+			if err := wait(req.Context()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// How the request went for the host's throttling, told on every way
+	// out, or a retry the host is waiting for would never end.
+	outcome, retry := health.Canceled, time.Duration(0)
+	defer func() { answered(outcome, retry) }()
+
 	mustTry := len(t.ep.later) == 0 || !t.table.AnyUsable(t.ep.later)
 	admitted, err := t.table.Admit(h.key, mustTry)
 	if err != nil {
-		if download != nil {
-			download.give()
-		}
+		giveBack()
+		outcome = health.Skipped
 		t.rec.attempt(kind, ref, t.ep, health.Skipped, 0, h.detail(err.Error()))
-		return nil, health.Skipped, err
+		return nil, err
 	}
 
 	ctx, cancel := context.WithCancelCause(req.Context())
@@ -139,17 +154,19 @@ func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
 	stopWait()
 	if err != nil {
-		if download != nil {
-			download.give()
-		}
+		giveBack()
 		err = causeOf(ctx, err)
 		cancel(nil)
-		o := classifyErr(req.Context(), err)
-		admitted.Report(req.Context(), o, describeErr(err))
-		t.rec.attempt(kind, ref, t.ep, o, 0, h.detail(describeErr(err)))
-		return nil, o, err
+		outcome = classifyErr(req.Context(), err)
+		admitted.Report(req.Context(), outcome, describeErr(err))
+		t.rec.attempt(kind, ref, t.ep, outcome, 0, h.detail(describeErr(err)))
+		return nil, err
 	}
 	o := classifyStatus(resp.StatusCode)
+	outcome = o
+	if o == health.Throttled {
+		retry = retryAfter(resp.Header.Get("Retry-After"))
+	}
 	admitted.Report(req.Context(), o, resp.Status)
 	if !isRedirect(resp) {
 		// A redirect serves nothing yet: the request it leads to is what
@@ -159,7 +176,7 @@ func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string
 	if resp.StatusCode >= 400 {
 		t.rec.noteRetryAfter(resp.Header.Get("Retry-After"))
 		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, download: download}
-		return resp, o, nil
+		return resp, nil
 	}
 	if isRedirect(resp) {
 		// Its body is not the blob, and the client closes it before it
@@ -169,7 +186,7 @@ func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string
 			resp.Request = req // for origin; http.Transport sets it
 		}
 		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, download: download}
-		return resp, o, nil
+		return resp, nil
 	}
 	if download != nil {
 		download.answered(time.Since(sent), resp.ContentLength)
@@ -204,7 +221,7 @@ func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string
 		}
 	}
 	resp.Body = body
-	return resp, o, nil
+	return resp, nil
 }
 
 // origin is the request a chain of redirects began with: http.Client makes
