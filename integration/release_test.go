@@ -76,8 +76,8 @@ func requireVersionEverywhere(t *testing.T, e *env, containerd, pullctl string) 
 	}
 
 	// containerd's own metric, registered before any Pullwise code runs.
-	if got := e.metric(fmt.Sprintf(`containerd_build_info{revision=%q,version=%q}`, v.revision, v.runtime)); got != 1 {
-		t.Errorf("containerd_build_info for %+v = %v, want 1", v, got)
+	if got := e.metric(fmt.Sprintf(`containerd_build_info_total{revision=%q,version=%q}`, v.revision, v.runtime)); got != 1 {
+		t.Errorf("containerd_build_info_total for %+v = %v, want 1", v, got)
 	}
 
 	out, err := exec.Command(pullctl, "-r", e.d.Endpoint(), "version", "-o", "json").CombinedOutput()

@@ -1,7 +1,7 @@
 // Command containerd is containerd built with the Pullwise plugins.
 //
 // Its version (containerd --version, the start log, CRI's RuntimeVersion,
-// containerd_build_info) is containerd's own version package, set at link
+// containerd_build_info_total) is containerd's own version package, set at link
 // time as upstream's release sets it, to what plugin/version makes: see
 // hack/version.
 package main

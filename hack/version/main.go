@@ -3,7 +3,7 @@
 // plugin/version makes: the upstream release with the Pullwise version
 // and commit. The Makefile and hack/release.sh build containerd, ctr and
 // the shim with them. They have to be link flags: containerd registers its
-// containerd_build_info metric from that package in an init that runs
+// containerd_build_info_total metric from that package in an init that runs
 // before any code of Pullwise's could set it.
 //
 // Run it with the same -ldflags -X for plugin/version as the binaries.
