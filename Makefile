@@ -20,7 +20,7 @@ INTEGRATION_TIMEOUT ?= 15m
 # integration run is otherwise thousands of lines above it.
 GOTESTSUM := $(GO) tool gotestsum
 
-.PHONY: all build containerd containerd-stock bench soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean release release-stage install deps-build deps-run deps-test
+.PHONY: all build containerd containerd-stock bench bench-quick soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean release release-stage install deps-build deps-run deps-test
 
 all: build
 
@@ -201,6 +201,12 @@ soak: build
 		echo "soak: skipped, needs root (run 'sudo make soak')"; exit 0; fi
 	SOAK_PULLS=$(SOAK_PULLS) SOAK_ROUNDS=$(SOAK_ROUNDS) PULLWISE_BIN=$(BIN) \
 		$(GOTESTSUM) --format standard-verbose -- -count=1 -timeout 60m -run '^TestSoak$$' ./integration/
+
+# One small scenario in under two minutes: the node-boot corpus (real
+# files, shared base layer) as a CRI burst on loopback, Pullwise against
+# stock, each against the CPU bound. Root only, like bench.
+bench-quick: build containerd-stock
+	PULLWISE_BIN=$(BIN) PULLWISE_BENCH_PROFILES=loopback $(GO) test -count=1 -run '^$$' -bench 'CorpusNodeBoot' -benchtime 1x -timeout 10m ./integration/
 
 # Costs of Pullwise's own code as pulls, images and subscribers grow; then
 # Pullwise against stock containerd in one run, on loopback registries;

@@ -290,14 +290,29 @@ func (r *Registry) PushContext(ctx context.Context, repo, tag string, img Image)
 	return p, nil
 }
 
-func push(ctx context.Context, ref string, img Image) (Pushed, error) {
-	tag, err := name.NewTag(ref, name.Insecure)
+// PushImage writes a built image, such as a corpus image
+// (integration/corpus), to repo:tag on r.
+func (r *Registry) PushImage(ctx context.Context, repo, tag string, image v1.Image) (Pushed, error) {
+	ref := r.Host() + "/" + repo + ":" + tag
+	p, err := writeImage(ctx, ref, image)
 	if err != nil {
-		return Pushed{}, fmt.Errorf("parse reference: %w", err)
+		return Pushed{}, fmt.Errorf("registry %s: push %s: %w", r.name, ref, err)
 	}
+	return p, nil
+}
+
+func push(ctx context.Context, ref string, img Image) (Pushed, error) {
 	image, err := BuildImage(img)
 	if err != nil {
 		return Pushed{}, err
+	}
+	return writeImage(ctx, ref, image)
+}
+
+func writeImage(ctx context.Context, ref string, image v1.Image) (Pushed, error) {
+	tag, err := name.NewTag(ref, name.Insecure)
+	if err != nil {
+		return Pushed{}, fmt.Errorf("parse reference: %w", err)
 	}
 	if err := remote.Write(tag, image, remote.WithContext(ctx)); err != nil {
 		return Pushed{}, fmt.Errorf("write image: %w", err)
