@@ -208,6 +208,7 @@ func TestLargeLayersAreStreamed(t *testing.T) {
 		{"blob over maxBlob", incompressible, func(t *testing.T) { set(t, &maxBlob, 1<<20) }, false},
 		{"tar over maxTar", text, func(t *testing.T) { set(t, &maxTar, 2<<20) }, false},
 		{"budget spent", text, func(t *testing.T) {
+			unmapAllKept()
 			if !budget.TryAcquire(budgetSize - 1<<20) {
 				t.Fatal("budget in use before the test")
 			}
@@ -233,9 +234,10 @@ func TestLargeLayersAreStreamed(t *testing.T) {
 }
 
 // budgetAllFree fails the test unless every layer has given its memory
-// back to the budget.
+// back to the budget: all of it is kept for later layers or free.
 func budgetAllFree(t *testing.T) {
 	t.Helper()
+	unmapAllKept()
 	if !budget.TryAcquire(budgetSize) {
 		t.Fatal("layers closed, and memory of the budget is still held")
 	}
@@ -379,4 +381,38 @@ func TestOtherLayersAreLeftToContainerd(t *testing.T) {
 			t.Errorf("Handler claimed %s", mt)
 		}
 	}
+}
+
+// unmapAllKept gives back the memory kept for later layers.
+func unmapAllKept() {
+	for unmapKept() {
+	}
+}
+
+// TestKeptBuffers: a buffer given back is the next one of its size; kept
+// buffers of another size are unmapped to make room, so that what they
+// hold and what layers hold never passes the budget.
+func TestKeptBuffers(t *testing.T) {
+	unmapAllKept()
+	const big = 64 << 20
+	var bufs []*[]byte
+	for b := getBuf(big); b != nil; b = getBuf(big) {
+		bufs = append(bufs, b)
+	}
+	if int64(len(bufs)) != budgetSize/big {
+		t.Fatalf("%d buffers of 64 MiB from a budget of %d MiB", len(bufs), budgetSize>>20)
+	}
+	for _, b := range bufs {
+		putBuf(b)
+	}
+	small := getBuf(16 << 20)
+	if small == nil {
+		t.Fatal("the budget, full of kept buffers of another size, had no room")
+	}
+	putBuf(small)
+	if again := getBuf(10 << 20); again != small {
+		t.Fatal("a buffer of the size of one kept was not the kept one")
+	}
+	putBuf(small)
+	budgetAllFree(t)
 }

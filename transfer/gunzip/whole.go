@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/sys/unix"
 )
 
 // A layer is inflated whole, in one call to libdeflate, when both its blob
@@ -132,33 +133,78 @@ func readBlob(br *bufio.Reader, h *held) (blob *[]byte, complete bool, err error
 	}
 }
 
-// Buffers come in powers of two from 1 MiB, one pool each, so that a
-// layer's buffer is kept for the next layer of about its size: fresh
-// memory costs the page faults of every byte written to it.
+// Buffers come in powers of two from 1 MiB. A buffer given back is kept,
+// by size, for the next layer of about its size: fresh memory costs the
+// page faults of every byte written to it. Kept buffers stay counted in the
+// budget, and are unmapped when a buffer of another size needs the room.
+//
+// They are mapped outside the Go heap: in it, the collector lets the heap
+// grow to twice what is live before it collects, so a budget of 256 MiB of
+// layers took the daemon's peak resident memory 300 MiB past stock's in
+// the node-boot corpus burst (docs/benchmarks.md), whatever the budget.
+// Mapped, the budget is what they can take.
 const minBufShift = 20
 
-var bufPools [bits.UintSize]sync.Pool
+var kept struct {
+	mu   sync.Mutex
+	bufs [bits.UintSize][]*[]byte // by size class
+}
 
 // getBuf returns a buffer of len n from the budget, or nil when the budget
 // has no room for it.
 func getBuf(n int) *[]byte {
 	shift := max(bits.Len(uint(max(n, 1)-1)), minBufShift)
 	size := 1 << shift
-	if !budget.TryAcquire(int64(size)) {
+	kept.mu.Lock()
+	if list := kept.bufs[shift]; len(list) > 0 {
+		b := list[len(list)-1]
+		kept.bufs[shift] = list[:len(list)-1]
+		kept.mu.Unlock()
+		*b = (*b)[:n]
+		return b
+	}
+	kept.mu.Unlock()
+	for !budget.TryAcquire(int64(size)) {
+		if !unmapKept() {
+			return nil
+		}
+	}
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		budget.Release(int64(size))
 		return nil
 	}
-	b, ok := bufPools[shift].Get().(*[]byte)
-	if !ok {
-		s := make([]byte, size)
-		b = &s
-	}
+	b := &mem
 	*b = (*b)[:n]
 	return b
 }
 
-// putBuf gives b's share of the budget back and keeps b for a later layer.
+// putBuf keeps b for a later layer, still counted in the budget.
 func putBuf(b *[]byte) {
 	*b = (*b)[:cap(*b)]
-	budget.Release(int64(cap(*b)))
-	bufPools[bits.Len(uint(cap(*b)-1))].Put(b)
+	shift := bits.Len(uint(cap(*b) - 1))
+	kept.mu.Lock()
+	kept.bufs[shift] = append(kept.bufs[shift], b)
+	kept.mu.Unlock()
+}
+
+// unmapKept unmaps one kept buffer, the largest, and gives its share of
+// the budget back; false when none is kept.
+func unmapKept() bool {
+	kept.mu.Lock()
+	var b *[]byte
+	for shift := len(kept.bufs) - 1; shift >= minBufShift && b == nil; shift-- {
+		if list := kept.bufs[shift]; len(list) > 0 {
+			b = list[len(list)-1]
+			kept.bufs[shift] = list[:len(list)-1]
+		}
+	}
+	kept.mu.Unlock()
+	if b == nil {
+		return false
+	}
+	size := cap(*b)
+	_ = unix.Munmap((*b)[:size]) // only fails for memory it did not map
+	budget.Release(int64(size))
+	return true
 }
