@@ -160,6 +160,14 @@ func BenchmarkCorpusNodeBoot(b *testing.B) {
 	benchCorpus(b, "boot", corpus.NodeBoot)
 }
 
+// BenchmarkCorpusDeployBurst: a deployment landing on a node
+// (corpus.DeployBurst: 12 application images of 92-177 MiB in 6 to 12
+// layers, sharing a distribution base, one of two runtimes and a tools
+// layer), all at once through CRI, against the same bounds.
+func BenchmarkCorpusDeployBurst(b *testing.B) {
+	benchCorpus(b, "deploy", corpus.DeployBurst)
+}
+
 func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus.Image) {
 	imgs := buildCorpus(b, scenario)
 	for _, profile := range benchProfiles() {

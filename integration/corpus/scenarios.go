@@ -1,6 +1,8 @@
 package corpus
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 )
@@ -12,18 +14,36 @@ type Trees struct {
 	Bin    string // binaries, such as /usr/bin
 	GCC    string // the compiler's libraries, such as /usr/lib/gcc
 	Doc    string // documentation, many small text files
+	Share  string // architecture-independent data, such as /usr/share
+	Mod    string // the Go module cache: sources and zips, which do not compress
+	JVM    string // a second language runtime
 	Pause  string // a directory holding only the pause binary
 }
 
 // LocalTrees finds the trees on a Debian machine with Go; pause is the
 // directory of the pause binary.
 func LocalTrees(pause string) (Trees, error) {
-	out, err := exec.Command("go", "env", "GOROOT").Output()
+	goEnv := func(name string) (string, error) {
+		out, err := exec.Command("go", "env", name).Output()
+		return strings.TrimSpace(string(out)), err
+	}
+	goroot, err := goEnv("GOROOT")
 	if err != nil {
 		return Trees{}, err
 	}
+	mod, err := goEnv("GOMODCACHE")
+	if err != nil {
+		return Trees{}, err
+	}
+	jvm := "/usr/lib/jvm"
+	if _, err := os.Stat(jvm); err != nil {
+		jvm = "/usr/lib" // any large tree of libraries
+	}
 	return Trees{
-		GoRoot: strings.TrimSpace(string(out)),
+		GoRoot: goroot,
+		Share:  "/usr/share",
+		Mod:    mod,
+		JVM:    jvm,
 		Lib:    "/usr/lib/x86_64-linux-gnu",
 		Bin:    "/usr/bin",
 		GCC:    "/usr/lib/gcc",
@@ -53,4 +73,48 @@ func NodeBoot(t Trees) []Image {
 			{{Dir: t.GoRoot + "/src", Into: "app", Skip: 16 * mib, Budget: 24 * mib}}}},
 		{Name: "logs", Layers: []Layer{base, {{Dir: t.Lib, Into: "usr/lib", Skip: 20 * mib, Budget: 60 * mib}}}},
 	}
+}
+
+// DeployBurst is a deployment landing on a node: 12 application images of
+// about 50 to 200 MiB, each of 6 to 12 layers. They share a distribution
+// base, one of two language runtimes and, for some, a tools layer; each
+// has four layers of its own (libraries, dependencies, assets, config),
+// and every third a few more small ones.
+func DeployBurst(t Trees) []Image {
+	distro := Layer{{Dir: t.Lib, Into: "usr/lib", Budget: 40 * mib}}
+	runtimes := []Layer{
+		{{Dir: t.GoRoot + "/pkg/tool", Into: "usr/local/go/pkg/tool"}, {Dir: t.GoRoot + "/bin", Into: "usr/local/go/bin"}},
+		{{Dir: t.JVM, Into: "usr/lib/jvm", Budget: 80 * mib}},
+	}
+	tools := Layer{{Dir: t.Bin, Into: "usr/bin", Budget: 30 * mib}}
+	// Where each tree's next unique layer starts, past what the shared
+	// layers and the images before took from it.
+	next := map[string]int64{t.Lib: 40 * mib, t.Mod: 0, t.Share: 0, t.GoRoot + "/src": 0, t.Doc: 0}
+	take := func(dir, into string, budget int64) Source {
+		s := Source{Dir: dir, Into: into, Skip: next[dir], Budget: budget}
+		next[dir] += budget
+		return s
+	}
+	var imgs []Image
+	for i := range 12 {
+		// Images differ in their own bytes, one to three times.
+		scale := int64(1 + i%3)
+		img := Image{Name: fmt.Sprintf("app%02d", i), Layers: []Layer{distro, runtimes[i%2]}}
+		if i%3 != 2 {
+			img.Layers = append(img.Layers, tools)
+		}
+		img.Layers = append(img.Layers,
+			Layer{take(t.Lib, "app/lib", 12*mib*scale)},
+			Layer{take(t.Mod, "app/deps", 16*mib*scale)},
+			Layer{take(t.Share, "app/assets", 12*mib*scale)},
+			Layer{take(t.GoRoot+"/src", "app/config", 2*mib)},
+		)
+		if i%3 == 0 {
+			for range 5 {
+				img.Layers = append(img.Layers, Layer{take(t.Doc, "app/etc", mib/2)})
+			}
+		}
+		imgs = append(imgs, img)
+	}
+	return imgs
 }
