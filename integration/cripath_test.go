@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	leasesapi "github.com/containerd/containerd/api/services/leases/v1"
 	"github.com/opencontainers/go-digest"
@@ -62,18 +63,28 @@ func (e *env) collectGarbage() {
 // of ref, and nothing before it.
 func (e *env) upstreamRequestsOf(ref string) []registry.Request {
 	e.t.Helper()
-	ctx := context.Background()
+	reqs, err := e.requestsOfPull(ref, nil)
+	if err != nil {
+		e.t.Fatalf("PullImage %s: %v", ref, err)
+	}
+	return reqs
+}
+
+// requestsOfPull counts what upstream saw for one CRI pull of ref with
+// auth, and returns the pull's error.
+func (e *env) requestsOfPull(ref string, auth *criapi.AuthConfig) ([]registry.Request, error) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	if err := e.upstream.WaitIdle(ctx); err != nil {
 		e.t.Fatal(err)
 	}
 	e.upstream.Reset()
-	if _, err := e.images.PullImage(ctx, criImage(ref), nil, nil); err != nil {
-		e.t.Fatalf("PullImage %s: %v", ref, err)
-	}
+	_, err := e.images.PullImage(ctx, criImage(ref), auth, nil)
 	if err := e.upstream.WaitIdle(ctx); err != nil {
 		e.t.Fatal(err)
 	}
-	return e.upstream.Requests()
+	return e.upstream.Requests(), err
 }
 
 // committed lists which of ds are in the content store.

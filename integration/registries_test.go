@@ -25,23 +25,6 @@ func (e *env) stockSibling() *env {
 	return e.sibling(daemon.Options{Binary: daemon.Bin("containerd-stock")})
 }
 
-// requestsOfPull counts what upstream saw for one CRI pull of ref with
-// auth, and returns the pull's error.
-func (e *env) requestsOfPull(ref string, auth *criapi.AuthConfig) ([]registry.Request, error) {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := e.upstream.WaitIdle(ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	e.upstream.Reset()
-	_, err := e.images.PullImage(ctx, criImage(ref), auth, nil)
-	if err := e.upstream.WaitIdle(ctx); err != nil {
-		e.t.Fatal(err)
-	}
-	return e.upstream.Requests(), err
-}
-
 // TestFailedPullOfPresentImage: a pull that fails at the registry costs the
 // same requests whether the image is on the node or not, and no more than
 // stock's. The fast path's resolve is the pull's: its error ends the pull,

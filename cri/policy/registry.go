@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"strings"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/pullwise/pullwise/cri/criauth"
 	"github.com/pullwise/pullwise/transfer/health"
 	"github.com/pullwise/pullwise/transfer/source"
 )
@@ -42,31 +42,12 @@ func refPart(ref string) string {
 	return ref[strings.LastIndex(ref, ":")+1:]
 }
 
-// credentials turns CRI's AuthConfig into host credentials, the way CRI
-// reads it for its own pulls: a username and password, the same encoded as
-// auth, or an identity token. The auth is meant for the image's registry,
-// so it is offered to whichever host (mirror or upstream) asks.
+// credentials turns CRI's AuthConfig into host credentials as CRI's own
+// pull reads them (criauth), so the digest check asks each host what the
+// pull would.
 func credentials(auth *runtime.AuthConfig) func(string) (string, string, error) {
 	if auth == nil {
 		return nil
 	}
-	return func(string) (string, string, error) {
-		switch {
-		case auth.GetIdentityToken() != "":
-			return "", auth.GetIdentityToken(), nil
-		case auth.GetUsername() != "":
-			return auth.GetUsername(), auth.GetPassword(), nil
-		case auth.GetAuth() != "":
-			b, err := base64.StdEncoding.DecodeString(auth.GetAuth())
-			if err != nil {
-				return "", "", fmt.Errorf("decode auth: %w", err)
-			}
-			user, pass, ok := strings.Cut(string(b), ":")
-			if !ok {
-				return "", "", fmt.Errorf("auth is not user:password")
-			}
-			return user, pass, nil
-		}
-		return "", "", nil
-	}
+	return func(host string) (string, string, error) { return criauth.Parse(auth, host) }
 }

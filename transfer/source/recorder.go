@@ -136,9 +136,10 @@ func (r *Recorder) manifest(host, repo, ref string) {
 	r.manifests = append(r.manifests, manifestHit{host: host, repo: repo, ref: ref})
 }
 
-// noteRetryAfter keeps the longest Retry-After an error answer asked for.
-func (r *Recorder) noteRetryAfter(v string) {
-	if d := retryAfter(v); d > 0 {
+// noteRetryAfter keeps the longest Retry-After (parsed by retryAfter) an
+// error answer asked for.
+func (r *Recorder) noteRetryAfter(d time.Duration) {
+	if d > 0 {
 		r.mu.Lock()
 		r.retryAfter = max(r.retryAfter, d)
 		r.mu.Unlock()

@@ -69,7 +69,7 @@ func (t *hostTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		h = hostOf{key: health.Key{Scheme: req.URL.Scheme, Host: req.URL.Host}, storage: true}
 		t.table.NoteStorage(h.key, t.ep.key)
 	}
-	return t.send(req, h, kind, repo, ref)
+	return t.send(req, first, h, kind, repo, ref)
 }
 
 // hostOf is the host a request goes to: the registry host of the
@@ -88,9 +88,9 @@ func (h hostOf) detail(s string) string {
 	return s
 }
 
-// send makes the request to h, once the host gives it a turn.
-func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string) (_ *http.Response, err error) {
-	first := origin(req)
+// send makes the request to h, once the host gives it a turn; first is
+// the request its redirects began with.
+func (t *hostTransport) send(req, first *http.Request, h hostOf, kind, repo, ref string) (_ *http.Response, err error) {
 	cfg := t.table.Config()
 	// A download place is held from the request to the body's last round
 	// trip (see place), as containerd's own limiter would be to its end.
@@ -164,8 +164,12 @@ func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string
 	}
 	o := classifyStatus(resp.StatusCode)
 	outcome = o
+	asked := time.Duration(0)
+	if resp.StatusCode >= 400 {
+		asked = retryAfter(resp.Header.Get("Retry-After"))
+	}
 	if o == health.Throttled {
-		retry = retryAfter(resp.Header.Get("Retry-After"))
+		retry = asked
 	}
 	admitted.Report(req.Context(), o, resp.Status)
 	if !isRedirect(resp) {
@@ -174,7 +178,7 @@ func (t *hostTransport) send(req *http.Request, h hostOf, kind, repo, ref string
 		t.rec.attempt(kind, ref, t.ep, o, resp.StatusCode, h.detail(resp.Status))
 	}
 	if resp.StatusCode >= 400 {
-		t.rec.noteRetryAfter(resp.Header.Get("Retry-After"))
+		t.rec.noteRetryAfter(asked)
 		resp.Body = &watchedBody{ReadCloser: resp.Body, cancel: cancel, download: download}
 		return resp, nil
 	}
