@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -22,79 +20,17 @@ import (
 	"github.com/pullwise/pullwise/integration/registry"
 )
 
-// corpusImage is a corpus image as pushed: its layers' digests and sizes,
-// for the link's bound.
-type corpusImage struct {
-	name   string
-	image  v1.Image
-	layers map[string]int64 // digest: compressed size
-	bytes  int64
-}
-
-// buildCorpus builds the images of scenario, from the layer cache in
-// PULLWISE_CORPUS_CACHE (default: the user's cache directory), which keeps
-// them, and their digests, from one run to the next.
-func buildCorpus(b *testing.B, scenario func(corpus.Trees) []corpus.Image) []corpusImage {
-	cache := os.Getenv("PULLWISE_CORPUS_CACHE")
-	if cache == "" {
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			b.Fatal(err)
-		}
-		cache = filepath.Join(dir, "pullwise", "corpus")
-	}
-	pause := filepath.Join(cache, "pause")
-	if err := os.MkdirAll(pause, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(pause, "pause"), daemon.PauseBinary(b), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	trees, err := corpus.LocalTrees(pause)
+// buildCorpus builds the images of scenario, from the layer cache that
+// keeps them, and their digests, from one run to the next.
+func buildCorpus(b *testing.B, scenario func(corpus.Trees) []corpus.Image) []corpus.Built {
+	imgs, err := corpus.Load(daemon.PauseBinary(b), scenario)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var out []corpusImage
-	for _, img := range scenario(trees) {
-		built, err := corpus.Build(cache, img)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ci := corpusImage{name: img.Name, image: built, layers: map[string]int64{}}
-		layers, err := built.Layers()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, l := range layers {
-			d, err := l.Digest()
-			if err != nil {
-				b.Fatal(err)
-			}
-			size, err := l.Size()
-			if err != nil {
-				b.Fatal(err)
-			}
-			ci.layers[d.String()] = size
-			ci.bytes += size
-		}
-		out = append(out, ci)
-	}
-	return out
-}
-
-// uniqueBytes is what pulling imgs moves over the link: each layer once.
-func uniqueBytes(imgs []corpusImage) int64 {
-	seen := map[string]bool{}
-	var n int64
 	for _, img := range imgs {
-		for d, size := range img.layers {
-			if !seen[d] {
-				seen[d] = true
-				n += size
-			}
-		}
+		b.Logf("%s: %s", img.Name, img)
 	}
-	return n
+	return imgs
 }
 
 // clean removes refs from e and collects the garbage, so that the next
@@ -168,8 +104,19 @@ func BenchmarkCorpusDeployBurst(b *testing.B) {
 	benchCorpus(b, "deploy", corpus.DeployBurst)
 }
 
+// BenchmarkCorpusBigAndSmall: one image of 1.5 GiB or more, its largest
+// layer over 500 MiB, asked for first and at once with ten small images
+// (corpus.BigAndSmall). Besides the burst's figures it reports the small
+// images' median and the big image's time, each against its bound: the
+// small images' work smallest first, and the big image's own.
+func BenchmarkCorpusBigAndSmall(b *testing.B) {
+	benchCorpus(b, "bigsmall", corpus.BigAndSmall)
+}
+
 func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus.Image) {
 	imgs := buildCorpus(b, scenario)
+	// In the big-and-small scenario the first image is the big one.
+	bigFirst := imgs[0].Name == "big"
 	for _, profile := range benchProfiles() {
 		b.Run(profile, func(b *testing.B) {
 			c := newContenders(b, gateConfig(benchLimit, "0s"))
@@ -180,8 +127,8 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			}
 			var refs []string
 			for _, img := range imgs {
-				repo := "corpus/" + name + "/" + img.name
-				if _, err := c.pullwise.upstream.PushImage(context.Background(), repo, "v1", img.image); err != nil {
+				repo := "corpus/" + name + "/" + img.Name
+				if _, err := c.pullwise.upstream.PushImage(context.Background(), repo, "v1", img.Image); err != nil {
 					b.Fatal(err)
 				}
 				refs = append(refs, host+"/"+repo+":v1")
@@ -207,6 +154,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			}
 
 			med, span := map[string]time.Duration{}, map[string]time.Duration{}
+			smallMed, big := map[string]time.Duration{}, map[string]time.Duration{}
 			cpu, daemonCPU, peak := map[string]time.Duration{}, map[string]time.Duration{}, map[string]int64{}
 			for i := 0; b.Loop(); i++ {
 				c.each(i, func(name string, e *env) {
@@ -217,67 +165,94 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					resetPeakRSS(b, e.d)
 					b.StartTimer()
 					cpu0, own0 := e.d.CPUTime(b), ownCPU(b)
-					d := pullAll(b, e, refs)
+					each := pullEach(b, e, refs)
 					used := e.d.CPUTime(b) - cpu0
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0
 					peak[name] = max(peak[name], peakRSS(b, e.d))
 					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
-						b.Logf("%s completions: %v", name, d)
+						b.Logf("%s completions, in the order asked: %v", name, each)
 					}
+					d := slices.Sorted(slices.Values(each))
 					med[name] += median(d)
 					span[name] += d[len(d)-1]
+					if bigFirst {
+						big[name] += each[0]
+						smallMed[name] += median(slices.Sorted(slices.Values(each[1:])))
+					}
 				})
 			}
 			// No order of the burst's work beats the least CPU either
 			// daemon spent on it, spread over every CPU.
 			least := min(cpu["stock"], cpu["pullwise"]) / time.Duration(b.N)
-			makespanBound, medianBound := corpusBounds(imgs, work, least, profile)
+			bounds := bounds{imgs: imgs, work: work, least: least, profile: profile}
+			all := indexes(len(imgs))
+			makespanBound, medianBound := bounds.of(all), bounds.median(all)
 			n := float64(b.N)
+			report := func(what string, d map[string]time.Duration, bound time.Duration) {
+				for _, who := range []string{"stock", "pullwise"} {
+					b.ReportMetric(d[who].Seconds()/n, who+"-"+what+"-s")
+					b.ReportMetric(d[who].Seconds()/n/bound.Seconds(), who+"-"+what+"-vs-bound")
+				}
+				b.ReportMetric(float64(d["pullwise"])/float64(d["stock"]), what+"-ratio")
+				b.ReportMetric(bound.Seconds(), what+"-bound-s")
+			}
+			report("median", med, medianBound)
+			report("makespan", span, makespanBound)
+			if bigFirst {
+				report("small-median", smallMed, bounds.median(all[1:]))
+				report("big", big, bounds.of(all[:1]))
+			}
 			for _, who := range []string{"stock", "pullwise"} {
-				b.ReportMetric(med[who].Seconds()/n, who+"-median-s")
-				b.ReportMetric(span[who].Seconds()/n, who+"-makespan-s")
-				b.ReportMetric(med[who].Seconds()/n/medianBound.Seconds(), who+"-median-vs-bound")
-				b.ReportMetric(span[who].Seconds()/n/makespanBound.Seconds(), who+"-makespan-vs-bound")
 				b.ReportMetric(daemonCPU[who].Seconds()/n, who+"-daemon-cpu-s")
 				b.ReportMetric(float64(peak[who])/(1<<20), who+"-peak-rss-MiB")
 			}
-			b.ReportMetric(float64(med["pullwise"])/float64(med["stock"]), "median-ratio")
-			b.ReportMetric(float64(span["pullwise"])/float64(span["stock"]), "makespan-ratio")
-			b.ReportMetric(medianBound.Seconds(), "median-bound-s")
-			b.ReportMetric(makespanBound.Seconds(), "makespan-bound-s")
 		})
 	}
 }
 
-// corpusBounds are the physical limits of pulling imgs at once: the
-// burst's CPU (least) on every CPU, or on the WAN the link if that is
-// longer; for the median, the share of that work (by work, each image's
-// alone) of the images that make the median, smallest first.
-func corpusBounds(imgs []corpusImage, work []time.Duration, least time.Duration, profile string) (makespan, median time.Duration) {
-	order := make([]int, len(imgs))
-	for i := range order {
-		order[i] = i
+func indexes(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return int(imgs[a].bytes - imgs[b].bytes) })
-	var all time.Duration
-	for _, w := range work {
+	return idx
+}
+
+// bounds are the physical limits of pulling some of a burst's images:
+// their share of the burst's CPU (least, by each image's work alone) on
+// every CPU, or on the WAN their bytes over the link if that is longer.
+type bounds struct {
+	imgs    []corpus.Built
+	work    []time.Duration
+	least   time.Duration
+	profile string
+}
+
+// of is the bound for the images idx, done alone.
+func (bd bounds) of(idx []int) time.Duration {
+	var all, share time.Duration
+	for _, w := range bd.work {
 		all += w
 	}
-	bound := func(idx []int) time.Duration {
-		var share time.Duration
-		var some []corpusImage
-		for _, i := range idx {
-			share += work[i]
-			some = append(some, imgs[i])
-		}
-		d := time.Duration(float64(least) * float64(share) / float64(all) / float64(runtime.NumCPU()))
-		if profile == "wan" {
-			w := registry.DefaultWAN
-			link := time.Duration(float64(uniqueBytes(some))/float64(w.BytesPerSecond)*float64(time.Second)) + 4*w.Latency
-			d = max(d, link)
-		}
-		return d
+	var some []corpus.Built
+	for _, i := range idx {
+		share += bd.work[i]
+		some = append(some, bd.imgs[i])
 	}
-	return bound(order), bound(order[:len(order)/2+1])
+	d := time.Duration(float64(bd.least) * float64(share) / float64(all) / float64(runtime.NumCPU()))
+	if bd.profile == "wan" {
+		w := registry.DefaultWAN
+		link := time.Duration(float64(corpus.UniqueBytes(some))/float64(w.BytesPerSecond)*float64(time.Second)) + 4*w.Latency
+		d = max(d, link)
+	}
+	return d
+}
+
+// median is the bound for the median of idx: the best order of the same
+// work, smallest first, to the image that makes the median.
+func (bd bounds) median(idx []int) time.Duration {
+	order := slices.Clone(idx)
+	slices.SortFunc(order, func(a, b int) int { return int(bd.imgs[a].Bytes - bd.imgs[b].Bytes) })
+	return bd.of(order[:len(order)/2+1])
 }

@@ -58,6 +58,14 @@ func newContendersWith(b *testing.B, pullwiseConfig, criImages string) contender
 // pullAll pulls refs concurrently through CRI and returns each pull's
 // completion time from the common start, sorted, and the makespan.
 func pullAll(b *testing.B, e *env, refs []string) []time.Duration {
+	done := pullEach(b, e, refs)
+	slices.Sort(done)
+	return done
+}
+
+// pullEach pulls refs concurrently through CRI, asked for in order, and
+// returns each one's time to done, by index.
+func pullEach(b *testing.B, e *env, refs []string) []time.Duration {
 	ctx := context.Background()
 	done := make([]time.Duration, len(refs))
 	var wg sync.WaitGroup
@@ -73,7 +81,6 @@ func pullAll(b *testing.B, e *env, refs []string) []time.Duration {
 		}()
 	}
 	wg.Wait()
-	slices.Sort(done)
 	return done
 }
 

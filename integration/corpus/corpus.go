@@ -85,6 +85,7 @@ func Build(cacheDir string, img Image) (v1.Image, error) {
 	cfg = cfg.DeepCopy()
 	cfg.OS, cfg.Architecture = runtime.GOOS, runtime.GOARCH
 	cfg.Created = v1.Time{Time: epoch}
+	cfg.Config.Entrypoint = []string{"/pause"}
 	return mutate.ConfigFile(out, cfg)
 }
 
@@ -216,21 +217,4 @@ func parents(tw *tar.Writer, name string, dirs map[string]bool) error {
 	}
 	dirs[dir] = true
 	return tw.WriteHeader(&tar.Header{Name: dir + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX})
-}
-
-// Size is the compressed size of img's layers, as a registry serves them.
-func Size(img v1.Image) (int64, error) {
-	layers, err := img.Layers()
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, l := range layers {
-		s, err := l.Size()
-		if err != nil {
-			return 0, err
-		}
-		n += s
-	}
-	return n, nil
 }

@@ -17,6 +17,8 @@ type Trees struct {
 	Share  string // architecture-independent data, such as /usr/share
 	Mod    string // the Go module cache: sources and zips, which do not compress
 	JVM    string // a second language runtime
+	App    string // a large application tree: an SDK with its own Python, libraries and binaries
+	LLVM   string // a compiler's libraries, as CUDA-like native libraries
 	Pause  string // a directory holding only the pause binary
 }
 
@@ -39,8 +41,18 @@ func LocalTrees(pause string) (Trees, error) {
 	if _, err := os.Stat(jvm); err != nil {
 		jvm = "/usr/lib" // any large tree of libraries
 	}
+	app := "/usr/lib/google-cloud-sdk"
+	if _, err := os.Stat(app); err != nil {
+		app = "/usr/lib" // any large tree
+	}
+	llvm := "/usr/lib/llvm-14"
+	if _, err := os.Stat(llvm); err != nil {
+		llvm = "/usr/lib/gcc"
+	}
 	return Trees{
 		GoRoot: goroot,
+		LLVM:   llvm,
+		App:    app,
 		Share:  "/usr/share",
 		Mod:    mod,
 		JVM:    jvm,
@@ -115,6 +127,37 @@ func DeployBurst(t Trees) []Image {
 			}
 		}
 		imgs = append(imgs, img)
+	}
+	return imgs
+}
+
+// BigAndSmall is one large image, as ML and JDK images are (at least 1.5
+// GiB on the wire, its largest layer over 500 MiB), asked for at once with
+// ten small ones of 10 to 40 MiB. The first image is the large one; all
+// share the node-boot base layer.
+func BigAndSmall(t Trees) []Image {
+	base := Layer{{Dir: t.Lib, Into: "usr/lib", Budget: 20 * mib}}
+	// As an ML image: a runtime, one huge layer of packages, native
+	// libraries, and weights that hardly compress (the module cache's
+	// zips).
+	big := Image{Name: "big", Layers: []Layer{
+		base,
+		{{Dir: t.JVM, Into: "usr/lib/jvm"}},
+		{{Dir: t.App, Into: "opt/app"}},
+		{{Dir: t.Lib, Into: "usr/local/lib"}},
+		{{Dir: t.LLVM, Into: "usr/lib/llvm"}},
+		{{Dir: t.GoRoot, Into: "usr/local/go"}},
+		{{Dir: t.Mod + "/cache/download", Into: "opt/weights"}},
+	}}
+	trees := []string{t.Bin, t.Share, t.GoRoot + "/src", t.Doc, t.GCC}
+	next := map[string]int64{}
+	imgs := []Image{big}
+	for i := range 10 {
+		dir := trees[i%len(trees)]
+		budget := int64(20+10*(i%4)) * mib
+		own := Layer{{Dir: dir, Into: "app", Skip: next[dir], Budget: budget}}
+		next[dir] += budget
+		imgs = append(imgs, Image{Name: fmt.Sprintf("small%02d", i), Layers: []Layer{base, own}})
 	}
 	return imgs
 }

@@ -1,0 +1,107 @@
+package corpus
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// Built is a corpus image as built: its layers' digests and compressed
+// sizes, for the link's bound.
+type Built struct {
+	Name   string
+	Image  v1.Image
+	Layers map[string]int64 // digest: compressed size
+	Bytes  int64
+}
+
+// String describes b's size on the wire: "1502 MiB in 7 layers, the
+// largest 695 MiB".
+func (b Built) String() string {
+	var largest int64
+	for _, size := range b.Layers {
+		largest = max(largest, size)
+	}
+	return fmt.Sprintf("%d MiB in %d layers, the largest %d MiB", b.Bytes>>20, len(b.Layers), largest>>20)
+}
+
+// CacheDir is where layers are kept between runs: PULLWISE_CORPUS_CACHE,
+// or the user's cache directory.
+func CacheDir() (string, error) {
+	if dir := os.Getenv("PULLWISE_CORPUS_CACHE"); dir != "" {
+		return dir, nil
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "pullwise", "corpus"), nil
+}
+
+// Load builds the images of scenario from this machine's trees, with the
+// layer cache of CacheDir. Every image but the pause image itself gets
+// the pause binary as its top layer, one layer all share, so that each
+// runs as a pod's container.
+func Load(pause []byte, scenario func(Trees) []Image) ([]Built, error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	pauseDir := filepath.Join(cache, "pause")
+	if err := os.MkdirAll(pauseDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(pauseDir, "pause"), pause, 0o755); err != nil {
+		return nil, err
+	}
+	trees, err := LocalTrees(pauseDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Built
+	for _, img := range scenario(trees) {
+		if img.Name != "pause" {
+			img.Layers = append(img.Layers, Layer{{Dir: trees.Pause}})
+		}
+		image, err := Build(cache, img)
+		if err != nil {
+			return nil, err
+		}
+		b := Built{Name: img.Name, Image: image, Layers: map[string]int64{}}
+		layers, err := image.Layers()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", img.Name, err)
+		}
+		for _, l := range layers {
+			d, err := l.Digest()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", img.Name, err)
+			}
+			size, err := l.Size()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", img.Name, err)
+			}
+			b.Layers[d.String()] = size
+			b.Bytes += size
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// UniqueBytes is what pulling imgs moves over the link: each layer once.
+func UniqueBytes(imgs []Built) int64 {
+	seen := map[string]bool{}
+	var n int64
+	for _, img := range imgs {
+		for d, size := range img.Layers {
+			if !seen[d] {
+				seen[d] = true
+				n += size
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,173 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullwise/pullwise/integration/corpus"
+	"github.com/pullwise/pullwise/integration/daemon"
+	"github.com/pullwise/pullwise/integration/registry"
+)
+
+// The corpus scenarios (integration/corpus) as pods under a real kubelet:
+// one static pod per image, all written at once. Each runtime runs them
+// twice, each time on a fresh node: first with every image already pulled
+// (the floor: sandbox and container creation, which no pull layer
+// changes), then cold. A pod's pull delay is its time to Running minus
+// the floor's at the same rank, so the figure that compares the runtimes'
+// pulling is not drowned by the pod start both share.
+
+// BenchmarkKubeletCorpusNodeBoot: the pause image and six system images
+// of 19-38 MiB sharing a base layer (corpus.NodeBoot), as a booting node's
+// pods.
+func BenchmarkKubeletCorpusNodeBoot(b *testing.B) {
+	benchKubeletCorpus(b, "boot", corpus.NodeBoot)
+}
+
+// BenchmarkKubeletCorpusBigAndSmall: one pod of an image of 1.5 GiB or
+// more written first, with ten small pods (corpus.BigAndSmall). It also
+// reports the small pods' median and the big pod's time.
+func BenchmarkKubeletCorpusBigAndSmall(b *testing.B) {
+	benchKubeletCorpus(b, "bigsmall", corpus.BigAndSmall)
+}
+
+// BenchmarkKubeletCorpusDeployBurst: twelve application pods of 92-177
+// MiB images sharing base layers (corpus.DeployBurst).
+func BenchmarkKubeletCorpusDeployBurst(b *testing.B) {
+	benchKubeletCorpus(b, "deploy", corpus.DeployBurst)
+}
+
+// corpusRun is one runtime's pod starts, by pod, with its floor's.
+type corpusRun struct{ cold, floor []time.Duration }
+
+// delay is the pull delay at each rank: the cold start minus the floor's.
+func (r corpusRun) delay() podStarts {
+	c, f := sorted(r.cold), sorted(r.floor)
+	d := make(podStarts, len(c))
+	for i := range c {
+		d[i] = c[i] - f[i]
+	}
+	return d
+}
+
+func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus.Image) {
+	stockBin := daemon.Bin("containerd-stock")
+	if _, err := os.Stat(stockBin); err != nil {
+		b.Fatalf("stock containerd missing (make bench builds it): %v", err)
+	}
+	imgs, err := corpus.Load(daemon.PauseBinary(b), scenario)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bigFirst := imgs[0].Name == "big"
+	upstream := registry.Start(b, registry.Options{Name: "upstream"})
+	var repos []string
+	for _, img := range imgs {
+		b.Logf("%s: %s", img.Name, img)
+		repo := "corpus/" + name + "/" + img.Name
+		if _, err := upstream.PushImage(context.Background(), repo, "v1", img.Image); err != nil {
+			b.Fatal(err)
+		}
+		repos = append(repos, repo)
+	}
+	profiles := []struct {
+		name string
+		wan  *registry.WAN
+	}{{"loopback", nil}, {"wan", &registry.DefaultWAN}}
+	for i, prof := range profiles {
+		if p := os.Getenv("PULLWISE_BENCH_PROFILES"); p != "" && !slices.Contains(strings.Split(p, ","), prof.name) {
+			continue
+		}
+		b.Run(prof.name, func(b *testing.B) {
+			contenders := []struct{ name, binary, config string }{
+				{"stock", stockBin, ""},
+				{"pullwise", "", fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit)},
+			}
+			if i%2 == 1 {
+				slices.Reverse(contenders)
+			}
+			runs := map[string]*corpusRun{}
+			for _, c := range contenders {
+				run := &corpusRun{}
+				runs[c.name] = run
+				start := func(b *testing.B, prePull bool) []time.Duration {
+					n := newNode(b, nodeOptions{
+						binary: c.binary, pullwise: c.config, wan: prof.wan,
+						upstream: upstream, noMirror: true, prePullPause: true,
+						// As in BenchmarkKubeletPodStart: kubelet's own pull
+						// rate limit would refuse a burst this size.
+						kubelet: Options{Config: map[string]any{"registryPullQPS": 0}},
+					})
+					var refs []string
+					for _, repo := range repos {
+						refs = append(refs, n.upHost+"/"+repo+":v1")
+					}
+					if prePull {
+						for _, ref := range refs {
+							ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+							_, err := n.img.PullImage(ctx, &criapi.PullImageRequest{Image: &criapi.ImageSpec{Image: ref}})
+							cancel()
+							if err != nil {
+								b.Fatalf("pre-pull %s: %v", ref, err)
+							}
+						}
+					}
+					return startPods(b, n, refs)
+				}
+				// Each on its own node, torn down at the end of its
+				// sub-benchmark, as only one kubelet runs at a time.
+				b.Run(c.name+"/floor", func(b *testing.B) {
+					for b.Loop() {
+						run.floor = start(b, true)
+					}
+				})
+				b.Run(c.name+"/cold", func(b *testing.B) {
+					for b.Loop() {
+						run.cold = start(b, false)
+					}
+				})
+				cold, floor, delay := sorted(run.cold), sorted(run.floor), run.delay()
+				b.Logf("%s %s: Running first/median/last %.2f/%.2f/%.2f s, floor %.2f/%.2f/%.2f s, pull delay %.2f/%.2f/%.2f s",
+					prof.name, c.name, cold.first().Seconds(), cold.median().Seconds(), cold.last().Seconds(),
+					floor.first().Seconds(), floor.median().Seconds(), floor.last().Seconds(),
+					delay.first().Seconds(), delay.median().Seconds(), delay.last().Seconds())
+				if bigFirst {
+					b.Logf("%s %s: big pod Running %.2f s (floor %.2f), small pods' median %.2f s (floor %.2f)", prof.name, c.name,
+						run.cold[0].Seconds(), run.floor[0].Seconds(), sorted(run.cold[1:]).median().Seconds(), sorted(run.floor[1:]).median().Seconds())
+				}
+			}
+			s, p := runs["stock"], runs["pullwise"]
+			ratio := func(what string, f func(podStarts) time.Duration, of func(*corpusRun) podStarts) {
+				b.ReportMetric(float64(f(of(p)))/float64(f(of(s))), what)
+			}
+			cold := func(r *corpusRun) podStarts { return sorted(r.cold) }
+			floor := func(r *corpusRun) podStarts { return sorted(r.floor) }
+			ratio("first-ratio", podStarts.first, cold)
+			ratio("median-ratio", podStarts.median, cold)
+			ratio("last-ratio", podStarts.last, cold)
+			ratio("delay-first-ratio", podStarts.first, (*corpusRun).delay)
+			ratio("delay-median-ratio", podStarts.median, (*corpusRun).delay)
+			ratio("delay-last-ratio", podStarts.last, (*corpusRun).delay)
+			ratio("floor-median-ratio", podStarts.median, floor)
+			for _, who := range []string{"stock", "pullwise"} {
+				r := runs[who]
+				b.ReportMetric(sorted(r.cold).median().Seconds(), who+"-median-s")
+				b.ReportMetric(sorted(r.floor).median().Seconds(), who+"-floor-median-s")
+				b.ReportMetric(r.delay().median().Seconds(), who+"-delay-median-s")
+			}
+			if bigFirst {
+				small := func(r *corpusRun) podStarts { return sorted(r.cold[1:]) }
+				big := func(r *corpusRun) podStarts { return podStarts{r.cold[0]} }
+				ratio("small-median-ratio", podStarts.median, small)
+				ratio("big-ratio", podStarts.first, big)
+			}
+		})
+	}
+}
