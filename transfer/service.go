@@ -64,6 +64,9 @@ type Config struct {
 	// and serves the oldest pull first; nil leaves containerd's FIFO
 	// limiter in charge.
 	Downloads *lane.Lane
+	// Link gives the node's link to the pull that would finish first
+	// (lane.Link); nil shares it by connection.
+	Link *lane.Link
 	// Handback decides when a pull whose blobs are in gives its slot
 	// back; nil: at once.
 	Handback *gate.Handback
@@ -165,7 +168,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	prev := s.previousLabels(ctx, dst, digestOf(ref))
 	var rec *source.Fetcher
 	cfg := s.config.Load()
-	if f, ok, ferr := source.New(ctx, src, source.Hosts{Dirs: cfg.HostDirs, Health: cfg.Health, Downloads: cfg.Downloads}); ferr != nil {
+	if f, ok, ferr := source.New(ctx, src, source.Hosts{Dirs: cfg.HostDirs, Health: cfg.Health, Downloads: cfg.Downloads, Link: cfg.Link}); ferr != nil {
 		log.G(ctx).WithError(ferr).WithField("ref", ref).Warn("pull source will not be recorded")
 	} else if ok {
 		defer f.Close()

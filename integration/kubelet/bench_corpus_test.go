@@ -132,42 +132,56 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 					for b.Loop() {
 						run.cold = start(b, false)
 					}
+					logCorpusRun(b, prof.name+" "+c.name, run, bigFirst)
+					// The second runtime's reports the ratios, as only a
+					// benchmark without sub-benchmarks prints metrics.
+					if s, p := runs["stock"], runs["pullwise"]; s != nil && p != nil && s.cold != nil && p.cold != nil {
+						reportCorpusRatios(b, s, p, bigFirst)
+					}
 				})
-				cold, floor, delay := sorted(run.cold), sorted(run.floor), run.delay()
-				b.Logf("%s %s: Running first/median/last %.2f/%.2f/%.2f s, floor %.2f/%.2f/%.2f s, pull delay %.2f/%.2f/%.2f s",
-					prof.name, c.name, cold.first().Seconds(), cold.median().Seconds(), cold.last().Seconds(),
-					floor.first().Seconds(), floor.median().Seconds(), floor.last().Seconds(),
-					delay.first().Seconds(), delay.median().Seconds(), delay.last().Seconds())
-				if bigFirst {
-					b.Logf("%s %s: big pod Running %.2f s (floor %.2f), small pods' median %.2f s (floor %.2f)", prof.name, c.name,
-						run.cold[0].Seconds(), run.floor[0].Seconds(), sorted(run.cold[1:]).median().Seconds(), sorted(run.floor[1:]).median().Seconds())
-				}
-			}
-			s, p := runs["stock"], runs["pullwise"]
-			ratio := func(what string, f func(podStarts) time.Duration, of func(*corpusRun) podStarts) {
-				b.ReportMetric(float64(f(of(p)))/float64(f(of(s))), what)
-			}
-			cold := func(r *corpusRun) podStarts { return sorted(r.cold) }
-			floor := func(r *corpusRun) podStarts { return sorted(r.floor) }
-			ratio("first-ratio", podStarts.first, cold)
-			ratio("median-ratio", podStarts.median, cold)
-			ratio("last-ratio", podStarts.last, cold)
-			ratio("delay-first-ratio", podStarts.first, (*corpusRun).delay)
-			ratio("delay-median-ratio", podStarts.median, (*corpusRun).delay)
-			ratio("delay-last-ratio", podStarts.last, (*corpusRun).delay)
-			ratio("floor-median-ratio", podStarts.median, floor)
-			for _, who := range []string{"stock", "pullwise"} {
-				r := runs[who]
-				b.ReportMetric(sorted(r.cold).median().Seconds(), who+"-median-s")
-				b.ReportMetric(sorted(r.floor).median().Seconds(), who+"-floor-median-s")
-				b.ReportMetric(r.delay().median().Seconds(), who+"-delay-median-s")
-			}
-			if bigFirst {
-				small := func(r *corpusRun) podStarts { return sorted(r.cold[1:]) }
-				big := func(r *corpusRun) podStarts { return podStarts{r.cold[0]} }
-				ratio("small-median-ratio", podStarts.median, small)
-				ratio("big-ratio", podStarts.first, big)
 			}
 		})
+	}
+}
+
+func logCorpusRun(b *testing.B, who string, run *corpusRun, bigFirst bool) {
+	cold, floor, delay := sorted(run.cold), sorted(run.floor), run.delay()
+	b.Logf("%s: Running first/median/last %.2f/%.2f/%.2f s, floor %.2f/%.2f/%.2f s, pull delay %.2f/%.2f/%.2f s",
+		who, cold.first().Seconds(), cold.median().Seconds(), cold.last().Seconds(),
+		floor.first().Seconds(), floor.median().Seconds(), floor.last().Seconds(),
+		delay.first().Seconds(), delay.median().Seconds(), delay.last().Seconds())
+	if bigFirst {
+		b.Logf("%s: big pod Running %.2f s (floor %.2f), small pods' median %.2f s (floor %.2f)", who,
+			run.cold[0].Seconds(), run.floor[0].Seconds(), sorted(run.cold[1:]).median().Seconds(), sorted(run.floor[1:]).median().Seconds())
+	}
+	if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
+		b.Logf("%s: pods Running after %v, by pod; floor %v", who, run.cold, run.floor)
+	}
+}
+
+// reportCorpusRatios reports Pullwise's figures over stock's (s, p).
+func reportCorpusRatios(b *testing.B, s, p *corpusRun, bigFirst bool) {
+	ratio := func(what string, f func(podStarts) time.Duration, of func(*corpusRun) podStarts) {
+		b.ReportMetric(float64(f(of(p)))/float64(f(of(s))), what)
+	}
+	cold := func(r *corpusRun) podStarts { return sorted(r.cold) }
+	floor := func(r *corpusRun) podStarts { return sorted(r.floor) }
+	ratio("first-ratio", podStarts.first, cold)
+	ratio("median-ratio", podStarts.median, cold)
+	ratio("last-ratio", podStarts.last, cold)
+	ratio("delay-first-ratio", podStarts.first, (*corpusRun).delay)
+	ratio("delay-median-ratio", podStarts.median, (*corpusRun).delay)
+	ratio("delay-last-ratio", podStarts.last, (*corpusRun).delay)
+	ratio("floor-median-ratio", podStarts.median, floor)
+	for who, r := range map[string]*corpusRun{"stock": s, "pullwise": p} {
+		b.ReportMetric(sorted(r.cold).median().Seconds(), who+"-median-s")
+		b.ReportMetric(sorted(r.floor).median().Seconds(), who+"-floor-median-s")
+		b.ReportMetric(r.delay().median().Seconds(), who+"-delay-median-s")
+	}
+	if bigFirst {
+		small := func(r *corpusRun) podStarts { return sorted(r.cold[1:]) }
+		big := func(r *corpusRun) podStarts { return podStarts{r.cold[0]} }
+		ratio("small-median-ratio", podStarts.median, small)
+		ratio("big-ratio", podStarts.first, big)
 	}
 }

@@ -31,6 +31,10 @@ type config struct {
 	// writer (transfer/gunzip). False leaves them to containerd, which also
 	// runs igzip or unpigz for them when either is on PATH.
 	GzipReadAhead bool `toml:"gzip_read_ahead"`
+	// Pullwise's own: a blob body of a pull that would finish well after
+	// another pull downloading pauses until that one's bodies are in
+	// (lane.Link). False shares the link by connection, as upstream.
+	LinkPriority bool `toml:"link_priority"`
 }
 
 type unpackConfig struct {
@@ -48,6 +52,7 @@ func defaultConfig() *config {
 		MaxConcurrentUploadedLayers: 3,
 		MaxConcurrentUnpacks:        runtime.NumCPU(),
 		GzipReadAhead:               true,
+		LinkPriority:                true,
 	}
 }
 

@@ -6,6 +6,8 @@
 package transfer
 
 import (
+	"time"
+
 	"errors"
 	"fmt"
 	"math"
@@ -114,6 +116,9 @@ func init() {
 				return nil, err
 			}
 			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads)}
+			if c.LinkPriority {
+				tc.Link = lane.NewLink(linkSlack)
+			}
 			if parallel {
 				// Only one pull at a time unpacks without its slot: with
 				// the layers of an image unpacked in parallel, the oldest
@@ -137,6 +142,7 @@ func init() {
 				"layers_at_once":           layersAtOnce,
 				"parallel":                 parallel,
 				"gzip_read_ahead":          c.GzipReadAhead,
+				"link_priority":            c.LinkPriority,
 			}).Info("unpack configured")
 			return ts, nil
 		},
@@ -189,6 +195,12 @@ func containerdUnpacks(parallel bool) int {
 // max_concurrent_unpacks of 1 (its default) or less as no limit; Pullwise
 // keeps the value when it is above 1 and otherwise uses one per CPU, which
 // keeps the CPUs busy while letting images finish one after another.
+// linkSlack is how much sooner, in lane.Ticket time, another pull must be
+// due for a body to pause for it: a second at lane.Rate is about 100 MiB,
+// so the images of a deployment burst, within that of each other, share
+// the link as before, while a large image gives way to small ones.
+const linkSlack = time.Second
+
 func unpackLimit(configured int) int {
 	if configured > 1 {
 		return configured

@@ -146,6 +146,16 @@ func (l *Lane) handOff() {
 	l.running--
 }
 
+// First is the ticket of the first in line, if any.
+func (l *Lane) First() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waiting.Len() == 0 {
+		return time.Time{}, false
+	}
+	return l.waiting[0].ticket, true
+}
+
 // Waiting is how many are in line, for tests and metrics.
 func (l *Lane) Waiting() int {
 	l.mu.Lock()

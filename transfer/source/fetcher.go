@@ -83,7 +83,7 @@ func New(ctx context.Context, src transfer.ImageFetcher, nodeHosts Hosts) (f *Fe
 	}
 	f.downloads = nodeHosts.Downloads
 	hosts := Hosts{Dirs: dirs, DefaultScheme: res.GetDefaultScheme(), Headers: http.Header{},
-		Health: nodeHosts.Health, Downloads: nodeHosts.Downloads}
+		Health: nodeHosts.Health, Downloads: nodeHosts.Downloads, Link: nodeHosts.Link}
 	if f.creds != nil {
 		hosts.Credentials = credentialAsker(ctx, f.creds, desc.Reference)
 	}
@@ -107,6 +107,9 @@ type Hosts struct {
 	// Downloads, when set, bounds blob downloads node-wide, oldest pull
 	// first (see transfer/lane).
 	Downloads *lane.Lane
+	// Link, with Downloads, pauses the bodies of pulls that would finish
+	// well after others downloading (lane.Link).
+	Link *lane.Link
 }
 
 // NewResolver returns containerd's registry resolver for hosts, with every

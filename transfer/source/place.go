@@ -16,8 +16,9 @@ import (
 // overlap, so the bodies transferring at full rate stay within the limit.
 // On a link without latency the overlap is nil.
 type place struct {
-	once    sync.Once
-	release func()
+	mu      sync.Mutex
+	release func() // nil while not held
+	closed  bool   // the body is closed: a place taken again goes back at once
 
 	// Set when the response headers arrive; read and advanced only by the
 	// body's reader.
@@ -68,5 +69,40 @@ func (p *place) advance(n int) {
 // give returns the place; it is safe to call more than once and from Close
 // while a Read runs.
 func (p *place) give() {
-	p.once.Do(p.release)
+	p.mu.Lock()
+	release := p.release
+	p.release = nil
+	p.mu.Unlock()
+	if release != nil {
+		release()
+	}
+}
+
+// held reports whether the place is still held.
+func (p *place) held() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.release != nil
+}
+
+// retake holds the place again with release, from a new lane place, after
+// give; the rate is measured afresh. Only the body's reader calls it.
+func (p *place) retake(release func()) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		release()
+		return
+	}
+	p.release = release
+	p.mu.Unlock()
+	p.start, p.since = time.Time{}, 0
+}
+
+// close gives the place back for good: the body is closed.
+func (p *place) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.give()
 }

@@ -43,6 +43,7 @@ type hostTransport struct {
 	rec       *Recorder
 	table     *health.Table // nil: no memory, no timeouts
 	downloads *lane.Lane    // nil: containerd's download limiter applies
+	link      *lane.Link    // nil: bodies never pause for other pulls'
 	ep        endpoint
 }
 
@@ -196,6 +197,9 @@ func (t *hostTransport) send(req, first *http.Request, h hostOf, kind, repo, ref
 		download.answered(time.Since(sent), resp.ContentLength)
 	}
 	body := &watchedBody{ReadCloser: resp.Body, cancel: cancel, ctx: ctx, parent: req.Context(), timeout: cfg.ReadTimeout, download: download}
+	if download != nil && t.link != nil {
+		body.flow, body.places = t.link.Open(req.Context(), t.downloads), t.downloads
+	}
 	if cfg.ReadTimeout > 0 {
 		// Made here, stopped, rather than in the first Read: Close may run
 		// concurrently with a Read to abort it.
@@ -258,7 +262,7 @@ func (r *Recorder) wrap(c *http.Client, h Hosts, ep endpoint) *http.Client {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	wrapped.Transport = &hostTransport{next: next, rec: r, table: h.Health, downloads: h.Downloads, ep: ep}
+	wrapped.Transport = &hostTransport{next: next, rec: r, table: h.Health, downloads: h.Downloads, link: h.Link, ep: ep}
 	return &wrapped
 }
 
@@ -333,6 +337,9 @@ type watchedBody struct {
 	add      func(int64)  // blob byte counter, or nil
 	tee      func([]byte) // sees every byte read, or nil
 	download *place       // the download place, or nil
+	flow     *lane.Flow   // the body on the node's link, with download; or nil
+	places   *lane.Lane   // where download is taken again after a pause
+	paused   bool         // yielding the link; only the reader reads it
 	eof      func()       // called at the end of a complete body, or nil
 	failed   func(error)  // reports a body failure
 	once     sync.Once
@@ -340,6 +347,12 @@ type watchedBody struct {
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
+	if err := b.yield(); err != nil {
+		return 0, err
+	}
+	if b.paused {
+		p = p[:min(len(p), trickle)]
+	}
 	if b.timer != nil {
 		b.timer.Reset(b.timeout)
 	}
@@ -352,6 +365,9 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	}
 	if n > 0 && b.download != nil {
 		b.download.advance(n)
+	}
+	if n > 0 && b.flow != nil {
+		b.flow.Moved()
 	}
 	if n > 0 && b.tee != nil {
 		b.tee(p[:n])
@@ -384,7 +400,49 @@ func (b *watchedBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.cancel(nil)
 	if b.download != nil {
-		b.download.give()
+		b.download.close()
+	}
+	if b.flow != nil {
+		b.flow.Close()
 	}
 	return err
 }
+
+// yield pauses the body while a pull that would finish well before its
+// own is downloading (lane.Link), with its download place given back so
+// that pull's requests can take it, and takes a place again after, in
+// its pull's order. A body in its last round trip, its place given back
+// already, reads on. The pause is not the host stalling: no timer runs.
+//
+// A paused body still reads a little every trickleEvery: a sender, or a
+// proxy between, whose writes block for long takes the connection for
+// dead (nginx's send_timeout is 60 s).
+func (b *watchedBody) yield() error {
+	if b.flow == nil {
+		return nil
+	}
+	if !b.paused {
+		if !b.download.held() || !b.flow.Behind() {
+			return nil
+		}
+		b.download.give()
+		b.paused = true
+	}
+	behind, err := b.flow.Yield(b.ctx, trickleEvery)
+	if err != nil || behind {
+		return err
+	}
+	release, err := b.places.Acquire(b.ctx)
+	if err != nil {
+		return err
+	}
+	b.download.retake(release)
+	b.paused = false
+	return nil
+}
+
+// trickleEvery is how often a paused body reads, and trickle how much.
+const (
+	trickleEvery = 5 * time.Second
+	trickle      = 4 << 10
+)

@@ -384,6 +384,72 @@ func TestDownloadPlaceHeldUntilBodyCloses(t *testing.T) {
 	}
 }
 
+// TestLargePullGivesWayToSmallOne: with every download place held by a
+// large pull's body, a small pull asked for with it waits for a place.
+// The large body pauses, gives its place to the small pull, whose body is
+// in first, and then goes on to its end with every byte, leaving no place
+// taken (lane.Link).
+func TestLargePullGivesWayToSmallOne(t *testing.T) {
+	blob := bytes.Repeat([]byte("layer bytes "), 1<<17)
+	h := newBlobHost(t, blob)
+	downloads := lane.New(1)
+	rec := &Recorder{}
+	c := rec.wrap(&http.Client{}, Hosts{Downloads: downloads, Link: lane.NewLink(time.Second)},
+		endpoint{key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, role: roleUpstream})
+	url := h.URL + "/v2/team/app/blobs/" + digest.FromBytes(blob).String()
+	get := func(bytes int64) (*http.Response, error) {
+		ticket := lane.NewTicket(time.Now())
+		ticket.Size(bytes)
+		req, err := http.NewRequestWithContext(lane.WithTicket(context.Background(), ticket), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Do(req)
+	}
+
+	large, err := get(1700 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smallDone := make(chan error, 1)
+	go func() {
+		resp, err := get(20 << 20)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		smallDone <- err
+	}()
+	for downloads.Waiting() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	largeDone := make(chan []byte, 1)
+	go func() {
+		got, err := io.ReadAll(large.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		large.Body.Close()
+		largeDone <- got
+	}()
+	select {
+	case err := <-smallDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-largeDone:
+		t.Fatal("the large body was read to its end before the small pull got a place")
+	}
+	if got := <-largeDone; !bytes.Equal(got, blob) {
+		t.Fatalf("large body: %d bytes, want the blob's %d", len(got), len(blob))
+	}
+	release, err := downloads.Acquire(context.Background())
+	if err != nil || downloads.Waiting() != 0 {
+		t.Fatalf("a place leaked: %v", err)
+	}
+	release()
+}
+
 // TestRedirectedBlobDownload: a registry that redirects blob GETs to a CDN,
 // as Docker Hub, ECR and GCR do. The CDN request is the blob's download: it
 // holds the lane's place, and its bytes are the blob's, for the registry

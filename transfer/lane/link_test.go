@@ -1,0 +1,143 @@
+package lane
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// fakeClock is a Link's clock that moves only when told.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+func TestLinkBehind(t *testing.T) {
+	base := time.Now()
+	big := func() *Ticket { tk := NewTicket(base); tk.Size(1700 << 20); return tk } // due 17 s on
+	small := func(after time.Duration) *Ticket {
+		tk := NewTicket(base.Add(after))
+		tk.Size(20 << 20)
+		return tk
+	}
+	cases := []struct {
+		name  string
+		mine  *Ticket
+		other *Ticket       // another body on the link, if any
+		idle  time.Duration // since the other body last delivered bytes
+		want  bool
+		same  bool // the other body is the same pull's
+	}{
+		{"alone", big(), nil, 0, false, false},
+		{"big behind a small pull arriving", big(), small(10 * time.Millisecond), 0, true, false},
+		{"the small pull never waits for the big one", small(10 * time.Millisecond), big(), 0, false, false},
+		{"a small pull whose reader stopped holds nothing back", big(), small(0), 2 * active, false, false},
+		{"pulls within the slack share", small(0), small(500 * time.Millisecond), 0, false, false},
+		{"a small pull asked long after the big one does not overtake it", big(), small(20 * time.Second), 0, false, false},
+		{"the same pull's bodies share", big(), nil, 0, false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &fakeClock{t: base}
+			l := NewLink(time.Second)
+			l.now = clock.now
+			mine := l.Open(WithTicket(context.Background(), tc.mine), nil)
+			defer mine.Close()
+			if tc.same {
+				tc.other = tc.mine
+			}
+			if tc.other != nil {
+				other := l.Open(WithTicket(context.Background(), tc.other), nil)
+				defer other.Close()
+				other.Moved()
+			}
+			clock.t = clock.t.Add(tc.idle)
+			if got := mine.Behind(); got != tc.want {
+				t.Fatalf("Behind() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestLinkBehindWaiter: a body gives way to a sooner pull waiting for a
+// download place, which it may hold itself, and to no later one.
+func TestLinkBehindWaiter(t *testing.T) {
+	base := time.Now()
+	bigTicket := NewTicket(base)
+	bigTicket.Size(1700 << 20)
+	places := New(1)
+	release, err := places.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLink(time.Second)
+	big := l.Open(WithTicket(context.Background(), bigTicket), places)
+	defer big.Close()
+	if big.Behind() {
+		t.Fatal("behind with no one waiting")
+	}
+
+	for _, w := range []struct {
+		asked time.Time
+		want  bool
+	}{
+		{base.Add(30 * time.Second), false}, // due after the big pull
+		{base.Add(10 * time.Millisecond), true},
+	} {
+		tk := NewTicket(w.asked)
+		tk.Size(20 << 20)
+		ctx, cancel := context.WithCancel(WithTicket(context.Background(), tk))
+		done := make(chan error, 1)
+		go func() {
+			r, err := places.Acquire(ctx)
+			if err == nil {
+				r()
+			}
+			done <- err
+		}()
+		for places.Waiting() != 1 {
+			time.Sleep(time.Millisecond)
+		}
+		if got := big.Behind(); got != w.want {
+			t.Errorf("waiter asked %v after: Behind() = %v, want %v", w.asked.Sub(base), got, w.want)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	}
+	release()
+}
+
+func TestLinkYield(t *testing.T) {
+	base := time.Now()
+	bigTicket := NewTicket(base)
+	bigTicket.Size(1700 << 20)
+	smallTicket := NewTicket(base)
+	smallTicket.Size(20 << 20)
+	l := NewLink(time.Second)
+	big := l.Open(WithTicket(context.Background(), bigTicket), nil)
+	defer big.Close()
+	small := l.Open(WithTicket(context.Background(), smallTicket), nil)
+	small.Moved()
+
+	// Still behind at the limit: the caller reads a little and asks again.
+	if behind, err := big.Yield(context.Background(), 3*poll); err != nil || !behind {
+		t.Fatalf("Yield = %v, %v; want still behind", behind, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := big.Yield(ctx, time.Minute); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Yield: %v", err)
+	}
+	// The small pull's body ends: the big one's goes on.
+	done := make(chan bool, 1)
+	go func() {
+		behind, err := big.Yield(context.Background(), time.Minute)
+		done <- behind || err != nil
+	}()
+	small.Close()
+	if <-done {
+		t.Fatal("Yield did not end when the small pull's body did")
+	}
+}
