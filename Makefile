@@ -210,12 +210,16 @@ bench-quick: build containerd-stock
 
 # Costs of Pullwise's own code as pulls, images and subscribers grow; then
 # Pullwise against stock containerd in one run, on loopback registries;
-# then pod start times under a real kubelet, one run each on loopback and
-# behind the WAN profile. Needs root, like the integration tests. An even
-# count: the daemons alternate which goes first, so each gets as many
-# bursts after the other's.
+# then the real-shaped corpus scenarios, CORPUS_COUNT runs of one burst
+# each so that the spread shows; then pod start times under a real
+# kubelet, one run each on loopback and behind the WAN profile, the corpus
+# scenarios with their floor among them. Needs root, like the integration
+# tests. An even BENCHTIME: the daemons alternate which goes first, so
+# each gets as many bursts after the other's.
 BENCHTIME ?= 4x
+CORPUS_COUNT ?= 3
 bench: build containerd-stock kubelet
 	$(GO) test -count=1 -run '^$$' -bench . ./transfer/... ./cri/pinning/
-	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 45m ./integration/
-	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench Kubelet -benchtime 1x -timeout 30m ./integration/kubelet/
+	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench . -skip Corpus -benchtime $(BENCHTIME) -timeout 45m ./integration/
+	PULLWISE_BIN=$(BIN) $(GO) test -count=$(CORPUS_COUNT) -run '^$$' -bench Corpus -benchtime 1x -timeout 120m ./integration/
+	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench Kubelet -benchtime 1x -timeout 60m ./integration/kubelet/

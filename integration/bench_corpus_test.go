@@ -113,6 +113,10 @@ func BenchmarkCorpusBigAndSmall(b *testing.B) {
 	benchCorpus(b, "bigsmall", corpus.BigAndSmall)
 }
 
+// corpusRuns counts the corpus bursts of this process, so that with
+// -count the daemons take turns going first, as they do within a run.
+var corpusRuns int
+
 func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus.Image) {
 	imgs := buildCorpus(b, scenario)
 	// In the big-and-small scenario the first image is the big one.
@@ -156,8 +160,8 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			med, span := map[string]time.Duration{}, map[string]time.Duration{}
 			smallMed, big := map[string]time.Duration{}, map[string]time.Duration{}
 			cpu, daemonCPU, peak := map[string]time.Duration{}, map[string]time.Duration{}, map[string]int64{}
-			for i := 0; b.Loop(); i++ {
-				c.each(i, func(name string, e *env) {
+			for b.Loop() {
+				c.each(corpusRuns, func(name string, e *env) {
 					b.StopTimer()
 					e.clean(b, refs)
 					syscall.Sync()
@@ -181,6 +185,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 						smallMed[name] += median(slices.Sorted(slices.Values(each[1:])))
 					}
 				})
+				corpusRuns++
 			}
 			// No order of the burst's work beats the least CPU either
 			// daemon spent on it, spread over every CPU.
