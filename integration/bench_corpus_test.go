@@ -27,9 +27,6 @@ func buildCorpus(b *testing.B, scenario func(corpus.Trees) []corpus.Image) []cor
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, img := range imgs {
-		b.Logf("%s: %s", img.Name, img)
-	}
 	return imgs
 }
 
@@ -131,6 +128,9 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			}
 			var refs []string
 			for _, img := range imgs {
+				// Logged here: a benchmark with sub-benchmarks prints no
+				// log of its own.
+				b.Logf("%s: %s", img.Name, img)
 				repo := "corpus/" + name + "/" + img.Name
 				if _, err := c.pullwise.upstream.PushImage(context.Background(), repo, "v1", img.Image); err != nil {
 					b.Fatal(err)

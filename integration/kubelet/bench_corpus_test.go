@@ -70,7 +70,6 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 	upstream := registry.Start(b, registry.Options{Name: "upstream"})
 	var repos []string
 	for _, img := range imgs {
-		b.Logf("%s: %s", img.Name, img)
 		repo := "corpus/" + name + "/" + img.Name
 		if _, err := upstream.PushImage(context.Background(), repo, "v1", img.Image); err != nil {
 			b.Fatal(err)
@@ -86,9 +85,11 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 			continue
 		}
 		b.Run(prof.name, func(b *testing.B) {
-			contenders := []struct{ name, binary, config string }{
-				{"stock", stockBin, ""},
-				{"pullwise", "", fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit)},
+			// PULLWISE_BENCH_TRANSFER is TOML for Pullwise's transfer
+			// plugin, as in ./integration's benchmarks.
+			contenders := []struct{ name, binary, config, transfer string }{
+				{"stock", stockBin, "", ""},
+				{"pullwise", "", fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit), os.Getenv("PULLWISE_BENCH_TRANSFER")},
 			}
 			if i%2 == 1 {
 				slices.Reverse(contenders)
@@ -99,7 +100,7 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 				runs[c.name] = run
 				start := func(b *testing.B, prePull bool) []time.Duration {
 					n := newNode(b, nodeOptions{
-						binary: c.binary, pullwise: c.config, wan: prof.wan,
+						binary: c.binary, pullwise: c.config, transfer: c.transfer, wan: prof.wan,
 						upstream: upstream, noMirror: true, prePullPause: true,
 						// As in BenchmarkKubeletPodStart: kubelet's own pull
 						// rate limit would refuse a burst this size.
@@ -119,7 +120,16 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 							}
 						}
 					}
-					return startPods(b, n, refs)
+					starts := startPods(b, n, refs)
+					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
+						// Where each pull's time went (Pullwise logs it).
+						for _, line := range strings.Split(n.d.Log(), "\n") {
+							if strings.Contains(line, "image pull timeline") {
+								b.Log(line)
+							}
+						}
+					}
+					return starts
 				}
 				// Each on its own node, torn down at the end of its
 				// sub-benchmark, as only one kubelet runs at a time.
@@ -131,6 +141,9 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 				b.Run(c.name+"/cold", func(b *testing.B) {
 					for b.Loop() {
 						run.cold = start(b, false)
+					}
+					for _, img := range imgs {
+						b.Logf("%s: %s", img.Name, img)
 					}
 					logCorpusRun(b, prof.name+" "+c.name, run, bigFirst)
 					// The second runtime's reports the ratios, as only a

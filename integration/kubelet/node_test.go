@@ -48,7 +48,9 @@ type nodeOptions struct {
 	// criImages is TOML for CRI's image plugin, such as a platform's
 	// discard_unpacked_layers.
 	criImages string
-	kubelet   Options
+	// transfer is TOML for the transfer plugin's table.
+	transfer string
+	kubelet  Options
 }
 
 // node is a Pullwise containerd configured with an upstream registry,
@@ -98,6 +100,7 @@ func newNode(t testing.TB, opts nodeOptions) *node {
 		Binary:      opts.binary,
 		CRIImages:   opts.criImages + fmt.Sprintf("  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", n.pause.Ref),
 		ExtraConfig: opts.pullwise,
+		Transfer:    opts.transfer,
 		LogLevel:    "info",
 	})
 	conn, err := grpc.NewClient(n.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))

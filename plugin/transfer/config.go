@@ -31,10 +31,12 @@ type config struct {
 	// writer (transfer/gunzip). False leaves them to containerd, which also
 	// runs igzip or unpigz for them when either is on PATH.
 	GzipReadAhead bool `toml:"gzip_read_ahead"`
-	// Pullwise's own: a blob body of a pull that would finish well after
-	// another pull downloading pauses until that one's bodies are in
-	// (lane.Link). False shares the link by connection, as upstream.
-	LinkPriority bool `toml:"link_priority"`
+	// Pullwise's own: a pull due well before others (smaller, asked for at
+	// about the same time) waits neither for their downloads on the link
+	// (lane.Link) nor for their layers' unpacking (lane.Overtaking).
+	// False shares the link by connection, and unpacks strictly within
+	// the limit, oldest first.
+	SmallPullsFirst bool `toml:"small_pulls_first"`
 }
 
 type unpackConfig struct {
@@ -52,7 +54,7 @@ func defaultConfig() *config {
 		MaxConcurrentUploadedLayers: 3,
 		MaxConcurrentUnpacks:        runtime.NumCPU(),
 		GzipReadAhead:               true,
-		LinkPriority:                true,
+		SmallPullsFirst:             true,
 	}
 }
 

@@ -83,6 +83,9 @@ func init() {
 			// (parallelUnpack), and never binds.
 			layersAtOnce := unpackLimit(c.MaxConcurrentUnpacks)
 			unpacks := lane.New(layersAtOnce)
+			if c.SmallPullsFirst {
+				unpacks = lane.Overtaking(layersAtOnce, dueSlack)
+			}
 			parallel := parallelUnpack(c.MaxConcurrentUnpacks, ups)
 			dirs := implied.NewDirs()
 			for i := range ups {
@@ -116,8 +119,8 @@ func init() {
 				return nil, err
 			}
 			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads)}
-			if c.LinkPriority {
-				tc.Link = lane.NewLink(linkSlack)
+			if c.SmallPullsFirst {
+				tc.Link = lane.NewLink(dueSlack)
 			}
 			if parallel {
 				// Only one pull at a time unpacks without its slot: with
@@ -142,7 +145,7 @@ func init() {
 				"layers_at_once":           layersAtOnce,
 				"parallel":                 parallel,
 				"gzip_read_ahead":          c.GzipReadAhead,
-				"link_priority":            c.LinkPriority,
+				"small_pulls_first":        c.SmallPullsFirst,
 			}).Info("unpack configured")
 			return ts, nil
 		},
@@ -195,11 +198,12 @@ func containerdUnpacks(parallel bool) int {
 // max_concurrent_unpacks of 1 (its default) or less as no limit; Pullwise
 // keeps the value when it is above 1 and otherwise uses one per CPU, which
 // keeps the CPUs busy while letting images finish one after another.
-// linkSlack is how much sooner, in lane.Ticket time, another pull must be
-// due for a body to pause for it: a second at lane.Rate is about 100 MiB,
-// so the images of a deployment burst, within that of each other, share
-// the link as before, while a large image gives way to small ones.
-const linkSlack = time.Second
+// dueSlack is how much sooner, in lane.Ticket time, a pull must be due
+// than others to go before them, on the link and in unpacking: a second
+// at lane.Rate is about 100 MiB, so the images of a deployment burst,
+// within that of each other, share as before, while a large image gives
+// way to small ones.
+const dueSlack = time.Second
 
 func unpackLimit(configured int) int {
 	if configured > 1 {

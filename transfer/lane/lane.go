@@ -23,16 +23,45 @@ import (
 // Lane hands out places, oldest pull first.
 type Lane struct {
 	limit int // 0: unlimited
+	// slack, when set, lets work due more than slack before everything
+	// holding a place take a place beyond the limit (Overtaking).
+	slack time.Duration
 
 	mu      sync.Mutex
 	running int
+	extra   int                  // places beyond the limit, up to limit
+	holders map[*holder]struct{} // with slack: the places held, by ticket
 	waiting queue
 	seq     uint64 // breaks ties between equal tickets, first come first
+}
+
+// holder is a place held, with its work's ticket, for Overtaking.
+type holder struct {
+	ticket *Ticket
+	at     time.Time // the place of work without a ticket
+	extra  bool
+}
+
+func (h *holder) place() time.Time {
+	if h.ticket != nil {
+		return h.ticket.Place()
+	}
+	return h.at
 }
 
 // New returns a lane with limit places; 0 is unlimited.
 func New(limit int) *Lane {
 	return &Lane{limit: max(limit, 0)}
+}
+
+// Overtaking returns a lane with limit places where work due more than
+// slack before all the work holding places does not wait for them: it
+// takes a place beyond the limit, up to limit more. A place is held to the
+// end of its work, a layer's unpacking say, which for a layer of hundreds
+// of MiB is tens of seconds; a small pull asked for at the same time
+// would wait that long for a CPU that the operating system would share.
+func Overtaking(limit int, slack time.Duration) *Lane {
+	return &Lane{limit: max(limit, 0), slack: slack, holders: map[*holder]struct{}{}}
 }
 
 // Rate turns the bytes a pull must fetch into time, for its place in line
@@ -94,7 +123,9 @@ type waiter struct {
 	ticket time.Time
 	seq    uint64
 	ready  chan struct{}
-	index  int // in the heap; -1 once granted
+	index  int     // in the heap; -1 once granted
+	owner  *Ticket // the work's ticket, or nil
+	held   *holder // the place granted, with slack; set before ready closes
 }
 
 // Acquire waits for a place, in ticket order (oldest first), and returns
@@ -104,17 +135,25 @@ func (l *Lane) Acquire(ctx context.Context) (release func(), err error) {
 	l.mu.Lock()
 	if l.limit == 0 || (l.running < l.limit && l.waiting.Len() == 0) {
 		l.running++
+		h := l.hold(TicketOf(ctx), time.Now(), false)
 		l.mu.Unlock()
-		return l.release, nil
+		return l.releaser(h), nil
+	}
+	if l.overtakes(ctx) {
+		l.running++
+		l.extra++
+		h := l.hold(TicketOf(ctx), time.Now(), true)
+		l.mu.Unlock()
+		return l.releaser(h), nil
 	}
 	l.seq++
-	w := &waiter{ticket: ticketFrom(ctx), seq: l.seq, ready: make(chan struct{})}
+	w := &waiter{ticket: ticketFrom(ctx), seq: l.seq, ready: make(chan struct{}), owner: TicketOf(ctx)}
 	heap.Push(&l.waiting, w)
 	l.mu.Unlock()
 
 	select {
 	case <-w.ready:
-		return l.release, nil
+		return l.releaser(w.held), nil
 	case <-ctx.Done():
 	}
 	l.mu.Lock()
@@ -122,28 +161,63 @@ func (l *Lane) Acquire(ctx context.Context) (release func(), err error) {
 	select {
 	case <-w.ready:
 		// Granted while giving up: pass the place on rather than leak it.
-		l.handOff()
+		l.free(w.held)
 	default:
 		heap.Remove(&l.waiting, w.index)
 	}
 	return nil, ctx.Err()
 }
 
-func (l *Lane) release() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.handOff()
+// overtakes reports whether ctx's work is due more than slack before all
+// the work holding places, with an extra place left. l.mu must be held.
+func (l *Lane) overtakes(ctx context.Context) bool {
+	if l.slack == 0 || l.extra >= l.limit || len(l.holders) == 0 {
+		return false
+	}
+	mine := ticketFrom(ctx).Add(l.slack)
+	for h := range l.holders {
+		if !mine.Before(h.place()) {
+			return false
+		}
+	}
+	return true
 }
 
-// handOff gives a freed place to the oldest waiter, or back to the pool.
+// hold records a place held by work with ticket t (nil: placed at at).
 // l.mu must be held.
-func (l *Lane) handOff() {
-	if l.waiting.Len() > 0 {
-		w := heap.Pop(&l.waiting).(*waiter)
-		close(w.ready)
-		return
+func (l *Lane) hold(t *Ticket, at time.Time, extra bool) *holder {
+	if l.holders == nil {
+		return nil
 	}
+	h := &holder{ticket: t, at: at, extra: extra}
+	l.holders[h] = struct{}{}
+	return h
+}
+
+func (l *Lane) releaser(h *holder) func() {
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.free(h)
+	}
+}
+
+// free gives h's place back and hands free places to the oldest waiters.
+// l.mu must be held.
+func (l *Lane) free(h *holder) {
 	l.running--
+	if h != nil {
+		delete(l.holders, h)
+		if h.extra {
+			l.extra--
+		}
+	}
+	for l.waiting.Len() > 0 && (l.limit == 0 || l.running < l.limit) {
+		w := heap.Pop(&l.waiting).(*waiter)
+		l.running++
+		w.held = l.hold(w.owner, w.ticket, false)
+		close(w.ready)
+	}
 }
 
 // First is the ticket of the first in line, if any.

@@ -173,3 +173,80 @@ func served(t *testing.T, tickets []*Ticket) []int {
 	wg.Wait()
 	return order
 }
+
+// TestOvertaking: in an overtaking lane, work due well before everything
+// holding a place takes one beyond the limit, up to the limit again; later
+// work, or work within the slack, waits its turn; and every place comes
+// back.
+func TestOvertaking(t *testing.T) {
+	base := time.Now()
+	due := func(after time.Duration, bytes int64) context.Context {
+		tk := NewTicket(base.Add(after))
+		tk.Size(bytes)
+		return WithTicket(context.Background(), tk)
+	}
+	big, small := due(0, 1700<<20), due(10*time.Millisecond, 20<<20)
+	cases := []struct {
+		name    string
+		lane    *Lane
+		holders []context.Context // fill the lane, in order
+		asker   context.Context
+		want    bool // the asker gets a place at once
+	}{
+		{"small overtakes big", Overtaking(2, time.Second), []context.Context{big, big}, small, true},
+		{"big does not overtake small", Overtaking(2, time.Second), []context.Context{small, small}, big, false},
+		{"not while a holder is due as soon", Overtaking(2, time.Second), []context.Context{big, small}, small, false},
+		{"within the slack", Overtaking(2, time.Second), []context.Context{due(0, 120<<20), due(0, 120<<20)}, due(0, 40<<20), false},
+		{"up to the limit beyond it", Overtaking(1, time.Second), []context.Context{big, small}, small, false},
+		{"a plain lane never", New(2), []context.Context{big, big}, small, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var releases []func()
+			for _, ctx := range tc.holders {
+				ctx, cancel := context.WithTimeout(ctx, time.Second)
+				r, err := tc.lane.Acquire(ctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("filling the lane: %v", err)
+				}
+				releases = append(releases, r)
+			}
+			ctx, cancel := context.WithCancel(tc.asker)
+			got := make(chan func(), 1)
+			go func() {
+				r, err := tc.lane.Acquire(ctx)
+				if err == nil {
+					got <- r
+				}
+				close(got)
+			}()
+			if tc.want {
+				r := <-got
+				if r == nil {
+					t.Fatal("no place")
+				}
+				releases = append(releases, r)
+			} else {
+				for tc.lane.Waiting() != 1 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			cancel()
+			<-got
+			for _, r := range releases {
+				r()
+			}
+			// Every place came back: the limit is free again, and no more.
+			limit := tc.lane.limit
+			for range limit {
+				if _, err := tc.lane.Acquire(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.lane.running != limit || tc.lane.extra != 0 {
+				t.Fatalf("running %d, extra %d after the limit's %d", tc.lane.running, tc.lane.extra, limit)
+			}
+		})
+	}
+}
