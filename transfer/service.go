@@ -212,7 +212,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		return fmt.Errorf("pull %s: %w", ref, err)
 	}
 	defer release()
-	turn := cfg.Handback.Start()
+	turn := cfg.Handback.Start(ticket)
 	defer turn.Done()
 	s.pulls.start(p)
 	defer func() {

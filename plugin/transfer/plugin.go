@@ -129,7 +129,11 @@ func init() {
 				// would take them. One layer at a time, an image cannot,
 				// and a slot kept would only idle the link
 				// (docs/benchmarks.md).
-				tc.Handback = gate.NewHandback(1)
+				var slack time.Duration
+				if c.SmallPullsFirst {
+					slack = dueSlack
+				}
+				tc.Handback = gate.NewHandback(1, slack)
 			}
 			if c.RegistryConfigPath != "" {
 				tc.HostDirs = []string{c.RegistryConfigPath}

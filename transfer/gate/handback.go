@@ -1,6 +1,11 @@
 package gate
 
-import "sync"
+import (
+	"sync"
+	"time"
+
+	"github.com/pullwise/pullwise/transfer/lane"
+)
 
 // Handback decides when a pull whose blobs are all in gives its slot back.
 //
@@ -12,24 +17,42 @@ import "sync"
 // until one of them is done. A pull never keeps its slot past its own
 // end, so no pull holds a slot longer than it would if every pull held
 // its slot to the end.
+//
+// With a slack, a pull due more than slack before every pull unpacking
+// without its slot gives its own back too, up to limit more: a small pull
+// must not keep a slot, and the pulls behind it waiting, for as long as a
+// large image asked for with it takes to unpack.
 type Handback struct {
 	limit int
+	slack time.Duration // 0: no overtaking
 
 	mu    sync.Mutex
-	early int     // pulls unpacking without their slot
-	held  []*Turn // fetched pulls keeping their slot, oldest first
+	early map[*Turn]struct{} // pulls unpacking without their slot
+	extra int                // of those, beyond the limit
+	held  []*Turn            // fetched pulls keeping their slot, oldest first
 }
 
-// NewHandback lets limit pulls at once unpack without their slot.
-func NewHandback(limit int) *Handback {
-	return &Handback{limit: max(limit, 1)}
+// NewHandback lets limit pulls at once unpack without their slot, and up
+// to limit more that are due more than slack before all of them (0: none).
+func NewHandback(limit int, slack time.Duration) *Handback {
+	return &Handback{limit: max(limit, 1), slack: slack, early: map[*Turn]struct{}{}}
 }
 
 // Turn is one pull's part in the hand back.
 type Turn struct {
 	h       *Handback
+	ticket  *lane.Ticket // nil: placed when started
+	started time.Time
 	state   turnState
+	extra   bool // gave its slot back beyond the limit
 	release func()
+}
+
+func (t *Turn) place() time.Time {
+	if t.ticket != nil {
+		return t.ticket.Place()
+	}
+	return t.started
 }
 
 type turnState int
@@ -41,13 +64,38 @@ const (
 	turnDone
 )
 
-// Start begins a pull's turn; call Done when the pull ends, however it
-// ends. A nil Handback gives every slot back at once.
-func (h *Handback) Start() *Turn {
+// Start begins the turn of a pull placed by ticket (lane.Ticket; nil:
+// now); call Done when the pull ends, however it ends. A nil Handback
+// gives every slot back at once.
+func (h *Handback) Start(ticket *lane.Ticket) *Turn {
 	if h == nil {
 		return nil
 	}
-	return &Turn{h: h}
+	return &Turn{h: h, ticket: ticket, started: time.Now()}
+}
+
+// goEarly gives t's slot back if it may unpack without it, and reports
+// whether it did. h.mu must be held.
+func (h *Handback) goEarly(t *Turn) bool {
+	extra := false
+	if len(h.early) >= h.limit {
+		if h.slack == 0 || h.extra >= h.limit {
+			return false
+		}
+		mine := t.place().Add(h.slack)
+		for e := range h.early {
+			if !mine.Before(e.place()) {
+				return false
+			}
+		}
+		extra = true
+	}
+	t.state, t.extra = turnEarly, extra
+	h.early[t] = struct{}{}
+	if extra {
+		h.extra++
+	}
+	return true
 }
 
 // Fetched is called when every blob of the pull is in; release gives its
@@ -64,9 +112,7 @@ func (t *Turn) Fetched(release func()) {
 		h.mu.Unlock()
 		return
 	}
-	if h.early < h.limit {
-		t.state = turnEarly
-		h.early++
+	if h.goEarly(t) {
 		h.mu.Unlock()
 		release()
 		return
@@ -85,15 +131,23 @@ func (t *Turn) Done() {
 	}
 	h := t.h
 	h.mu.Lock()
-	var next func()
+	var next []func()
 	switch t.state {
 	case turnEarly:
-		h.early--
-		if len(h.held) > 0 {
-			n := h.held[0]
-			h.held = h.held[1:]
-			n.state, next, n.release = turnEarly, n.release, nil
-			h.early++
+		delete(h.early, t)
+		if t.extra {
+			h.extra--
+		}
+		// The oldest held pulls that may now go without their slot.
+		for i := 0; i < len(h.held); {
+			n := h.held[i]
+			if !h.goEarly(n) {
+				i++
+				continue
+			}
+			h.held = append(h.held[:i], h.held[i+1:]...)
+			next = append(next, n.release)
+			n.release = nil
 		}
 	case turnHeld:
 		for i, n := range h.held {
@@ -105,8 +159,8 @@ func (t *Turn) Done() {
 	}
 	t.state, t.release = turnDone, nil
 	h.mu.Unlock()
-	if next != nil {
-		next()
+	for _, release := range next {
+		release()
 	}
 }
 

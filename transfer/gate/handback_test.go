@@ -1,11 +1,15 @@
 package gate
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // TestHandback plays pulls' events through a hand back of limit 1 and
@@ -27,7 +31,7 @@ func TestHandback(t *testing.T) {
 		{"a limit of two", 2, "f1 f2 f3 d2", []string{"1", "1 2", "1 2", "1 2 3"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := NewHandback(tc.limit)
+			h := NewHandback(tc.limit, 0)
 			var (
 				mu       sync.Mutex
 				released []string
@@ -35,7 +39,7 @@ func TestHandback(t *testing.T) {
 			turns := map[string]*Turn{}
 			turn := func(id string) *Turn {
 				if turns[id] == nil {
-					turns[id] = h.Start()
+					turns[id] = h.Start(nil)
 				}
 				return turns[id]
 			}
@@ -69,12 +73,12 @@ func TestHandback(t *testing.T) {
 // TestHandbackConcurrent: pulls fetching and ending from many goroutines
 // leave nothing held and every fetched slot given back exactly once.
 func TestHandbackConcurrent(t *testing.T) {
-	h := NewHandback(1)
+	h := NewHandback(1, 0)
 	var wg sync.WaitGroup
 	given := make([]atomic.Int32, 200)
 	for i := range given {
 		wg.Go(func() {
-			turn := h.Start()
+			turn := h.Start(nil)
 			turn.Fetched(func() { given[i].Add(1) })
 			turn.Done()
 		})
@@ -90,7 +94,7 @@ func TestHandbackConcurrent(t *testing.T) {
 	}
 	// The hand back is free again: the next fetched pull goes at once.
 	next := false
-	h.Start().Fetched(func() { next = true })
+	h.Start(nil).Fetched(func() { next = true })
 	if !next {
 		t.Fatal("the next pull kept its slot after every pull ended")
 	}
@@ -102,11 +106,54 @@ func TestNoHandback(t *testing.T) {
 	var h *Handback
 	given := 0
 	for range 3 {
-		turn := h.Start()
+		turn := h.Start(nil)
 		turn.Fetched(func() { given++ })
 		defer turn.Done()
 	}
 	if given != 3 {
 		t.Fatalf("%d of 3 slots given back", given)
+	}
+}
+
+// TestHandbackOvertaking: with a large pull unpacking without its slot, a
+// small pull asked for with it gives its slot back too, and so does one
+// more, up to the limit beyond it; a pull due about as late as the large
+// one keeps its slot; and when a small one ends, a held small one goes.
+func TestHandbackOvertaking(t *testing.T) {
+	base := time.Now()
+	due := func(bytes int64) *lane.Ticket {
+		tk := lane.NewTicket(base)
+		tk.Size(bytes)
+		return tk
+	}
+	h := NewHandback(1, time.Second)
+	given := map[string]bool{}
+	fetch := func(name string, tk *lane.Ticket) *Turn {
+		turn := h.Start(tk)
+		turn.Fetched(func() { given[name] = true })
+		return turn
+	}
+	big := fetch("big", due(1700<<20))
+	small1 := fetch("small1", due(20<<20))
+	large2 := fetch("large2", due(1650<<20))
+	small2 := fetch("small2", due(30<<20))
+	want := map[string]bool{"big": true, "small1": true}
+	if !maps.Equal(given, want) {
+		t.Fatalf("given back: %v, want %v", given, want)
+	}
+	small1.Done()
+	want["small2"] = true
+	if !maps.Equal(given, want) {
+		t.Fatalf("after small1 ended, given back: %v, want %v", given, want)
+	}
+	small2.Done()
+	big.Done()
+	want["large2"] = true
+	if !maps.Equal(given, want) {
+		t.Fatalf("after big ended, given back: %v, want %v", given, want)
+	}
+	large2.Done()
+	if h.Held() != 0 || len(h.early) != 0 || h.extra != 0 {
+		t.Fatalf("left: %d held, %d early, %d extra", h.Held(), len(h.early), h.extra)
 	}
 }
