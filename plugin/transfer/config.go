@@ -32,11 +32,17 @@ type config struct {
 	// runs igzip or unpigz for them when either is on PATH.
 	GzipReadAhead bool `toml:"gzip_read_ahead"`
 	// Pullwise's own: a pull due well before others (smaller, asked for at
-	// about the same time) waits neither for their downloads on the link
-	// (lane.Link) nor for their layers' unpacking (lane.Overtaking).
-	// False shares the link by connection, and unpacks strictly within
-	// the limit, oldest first.
+	// about the same time) does not wait for their layers' unpacking
+	// (lane.Overtaking), nor keeps its slot while they unpack
+	// (gate.Handback). False unpacks strictly within the limit, oldest
+	// first.
 	SmallPullsFirst bool `toml:"small_pulls_first"`
+	// Pullwise's own, off by default: a blob body of a pull due well
+	// after another that is downloading pauses (lane.Link). It took the
+	// small images of the big-and-small corpus out of stock's bad case on
+	// the WAN, but the node-boot corpus's median came later with it in
+	// every run (docs/benchmarks.md), for a reason not found yet.
+	LinkPriority bool `toml:"link_priority"`
 }
 
 type unpackConfig struct {

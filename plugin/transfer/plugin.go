@@ -119,7 +119,7 @@ func init() {
 				return nil, err
 			}
 			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads)}
-			if c.SmallPullsFirst {
+			if c.LinkPriority {
 				tc.Link = lane.NewLink(dueSlack)
 			}
 			if parallel {
@@ -150,6 +150,7 @@ func init() {
 				"parallel":                 parallel,
 				"gzip_read_ahead":          c.GzipReadAhead,
 				"small_pulls_first":        c.SmallPullsFirst,
+				"link_priority":            c.LinkPriority,
 			}).Info("unpack configured")
 			return ts, nil
 		},
