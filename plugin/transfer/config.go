@@ -37,11 +37,9 @@ type config struct {
 	// (gate.Handback). False unpacks strictly within the limit, oldest
 	// first.
 	SmallPullsFirst bool `toml:"small_pulls_first"`
-	// Pullwise's own, off by default: a blob body of a pull due well
-	// after another that is downloading pauses (lane.Link). It took the
-	// small images of the big-and-small corpus out of stock's bad case on
-	// the WAN, but the node-boot corpus's median came later with it in
-	// every run (docs/benchmarks.md), for a reason not found yet.
+	// Pullwise's own: a blob body of a pull due well after another that
+	// is downloading, or waiting for a download place, pauses
+	// (lane.Link). False shares the link by connection, as upstream.
 	LinkPriority bool `toml:"link_priority"`
 }
 
@@ -61,6 +59,7 @@ func defaultConfig() *config {
 		MaxConcurrentUnpacks:        runtime.NumCPU(),
 		GzipReadAhead:               true,
 		SmallPullsFirst:             true,
+		LinkPriority:                true,
 	}
 }
 
