@@ -82,11 +82,8 @@ func (h *Handback) goEarly(t *Turn) bool {
 		if h.slack == 0 || h.extra >= h.limit {
 			return false
 		}
-		mine := t.place().Add(h.slack)
-		for e := range h.early {
-			if !mine.Before(e.place()) {
-				return false
-			}
+		if !lane.AheadOfAll(t.place(), h.slack, h.earlyPlaces) {
+			return false
 		}
 		extra = true
 	}
@@ -96,6 +93,16 @@ func (h *Handback) goEarly(t *Turn) bool {
 		h.extra++
 	}
 	return true
+}
+
+// earlyPlaces yields the places of the pulls unpacking without their
+// slot. h.mu must be held.
+func (h *Handback) earlyPlaces(yield func(time.Time) bool) {
+	for e := range h.early {
+		if !yield(e.place()) {
+			return
+		}
+	}
 }
 
 // Fetched is called when every blob of the pull is in; release gives its

@@ -15,6 +15,7 @@ package lane
 import (
 	"container/heap"
 	"context"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,10 @@ type Lane struct {
 	// slack, when set, lets work due more than slack before everything
 	// holding a place take a place beyond the limit (Overtaking).
 	slack time.Duration
+
+	// plain gives back a place of a lane without holders; one func for
+	// every place, so that a download does not allocate one per blob.
+	plain func()
 
 	mu      sync.Mutex
 	running int
@@ -51,7 +56,13 @@ func (h *holder) place() time.Time {
 
 // New returns a lane with limit places; 0 is unlimited.
 func New(limit int) *Lane {
-	return &Lane{limit: max(limit, 0)}
+	l := &Lane{limit: max(limit, 0)}
+	l.plain = func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.free(nil)
+	}
+	return l
 }
 
 // Overtaking returns a lane with limit places where work due more than
@@ -174,9 +185,27 @@ func (l *Lane) overtakes(ctx context.Context) bool {
 	if l.slack == 0 || l.extra >= l.limit || len(l.holders) == 0 {
 		return false
 	}
-	mine := ticketFrom(ctx).Add(l.slack)
-	for h := range l.holders {
-		if !mine.Before(h.place()) {
+	return AheadOfAll(ticketFrom(ctx), l.slack, func(yield func(time.Time) bool) {
+		for h := range l.holders {
+			if !yield(h.place()) {
+				return
+			}
+		}
+	})
+}
+
+// Ahead reports whether work placed at mine is due more than slack before
+// work placed at other. Every overtaking and every pause asks it, so that
+// pulls of about the same size keep sharing as they would without.
+func Ahead(mine, other time.Time, slack time.Duration) bool {
+	return mine.Add(slack).Before(other)
+}
+
+// AheadOfAll reports whether work placed at mine is Ahead of each of
+// others.
+func AheadOfAll(mine time.Time, slack time.Duration, others iter.Seq[time.Time]) bool {
+	for o := range others {
+		if !Ahead(mine, o, slack) {
 			return false
 		}
 	}
@@ -195,6 +224,9 @@ func (l *Lane) hold(t *Ticket, at time.Time, extra bool) *holder {
 }
 
 func (l *Lane) releaser(h *holder) func() {
+	if h == nil && l.plain != nil {
+		return l.plain
+	}
 	return func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
