@@ -39,6 +39,8 @@ import (
 	"github.com/containerd/typeurl/v2"
 	"github.com/klauspost/pgzip"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // Read-ahead per layer being applied: blocks of blockSize inflated bytes.
@@ -91,7 +93,11 @@ var gzipLayers = map[string]bool{
 	images.MediaTypeDockerSchema2LayerForeignGzip:   true,
 }
 
-func open(_ context.Context, stream diff.StreamProcessor, _ map[string]typeurl.Any) (diff.StreamProcessor, error) {
+func open(ctx context.Context, stream diff.StreamProcessor, _ map[string]typeurl.Any) (diff.StreamProcessor, error) {
+	pace := lane.PacerOf(ctx)
+	if err := pace.Wait(ctx); err != nil {
+		return nil, err
+	}
 	br := bufio.NewReaderSize(stream, readBuffer)
 	if magic, err := br.Peek(len(gzipMagic)); err != nil || !bytes.Equal(magic, gzipMagic) {
 		// The media type says gzip and the bytes do not: leave it to
@@ -100,9 +106,9 @@ func open(_ context.Context, stream diff.StreamProcessor, _ map[string]typeurl.A
 		if err != nil {
 			return nil, err
 		}
-		return &processor{ReadCloser: ds}, nil
+		return &processor{ReadCloser: ds, ctx: ctx, pace: pace}, nil
 	}
-	p := &processor{}
+	p := &processor{ctx: ctx, pace: pace}
 	tar, compressed, err := readWhole(br, &p.held)
 	if err != nil {
 		return nil, fmt.Errorf("read gzip layer: %w", err)
@@ -146,6 +152,18 @@ func newReader(r io.Reader) (*pgzip.Reader, error) {
 type processor struct {
 	io.ReadCloser // a *pgzip.Reader, the layer inflated whole, or containerd's decompression
 	held          held
+	// pace holds the layer's writing back while pulls due well before
+	// it are unpacking (lane.Pacer); the tar writer, and the inflater
+	// ahead of it, stop with the reads.
+	pace *lane.Pacer
+	ctx  context.Context
+}
+
+func (p *processor) Read(b []byte) (int, error) {
+	if err := p.pace.Wait(p.ctx); err != nil {
+		return 0, err
+	}
+	return p.ReadCloser.Read(b)
 }
 
 // Close ends the read-ahead and keeps the reader for the next layer.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/log"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
@@ -17,12 +18,18 @@ type Applier struct {
 	Lane *Lane
 }
 
-// Apply implements diff.Applier.
+// Apply implements diff.Applier. The layer's reader may be paced
+// (PacerOf), for the pulls due well before it.
 func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mount.Mount, opts ...diff.ApplyOpt) (ocispec.Descriptor, error) {
-	release, err := a.Lane.Acquire(ctx)
+	h, err := a.Lane.acquire(ctx)
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("wait to unpack %s: %w", desc.Digest, err)
 	}
-	defer release()
-	return a.Applier.Apply(ctx, desc, mounts, opts...)
+	defer a.Lane.releaser(h)()
+	ctx, pacer := withPacer(ctx, a.Lane, h)
+	applied, err := a.Applier.Apply(ctx, desc, mounts, opts...)
+	if paused := pacer.Paused(); paused > 0 {
+		log.G(ctx).WithField("layer", desc.Digest).WithField("paused", paused).Debug("layer unpack gave way to earlier pulls")
+	}
+	return applied, err
 }

@@ -143,19 +143,29 @@ type waiter struct {
 // the func that gives it back, which must be called exactly once. A caller
 // whose context ends while waiting leaves the line and gets ctx.Err().
 func (l *Lane) Acquire(ctx context.Context) (release func(), err error) {
+	h, err := l.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.releaser(h), nil
+}
+
+// acquire is Acquire, returning the place held: nil in a lane without
+// holders.
+func (l *Lane) acquire(ctx context.Context) (*holder, error) {
 	l.mu.Lock()
 	if l.limit == 0 || (l.running < l.limit && l.waiting.Len() == 0) {
 		l.running++
 		h := l.hold(TicketOf(ctx), time.Now(), false)
 		l.mu.Unlock()
-		return l.releaser(h), nil
+		return h, nil
 	}
-	if l.overtakes(ctx) {
+	if l.overtakes(ticketFrom(ctx)) {
 		l.running++
 		l.extra++
 		h := l.hold(TicketOf(ctx), time.Now(), true)
 		l.mu.Unlock()
-		return l.releaser(h), nil
+		return h, nil
 	}
 	l.seq++
 	w := &waiter{ticket: ticketFrom(ctx), seq: l.seq, ready: make(chan struct{}), owner: TicketOf(ctx)}
@@ -164,7 +174,7 @@ func (l *Lane) Acquire(ctx context.Context) (release func(), err error) {
 
 	select {
 	case <-w.ready:
-		return l.releaser(w.held), nil
+		return w.held, nil
 	case <-ctx.Done():
 	}
 	l.mu.Lock()
@@ -179,19 +189,23 @@ func (l *Lane) Acquire(ctx context.Context) (release func(), err error) {
 	return nil, ctx.Err()
 }
 
-// overtakes reports whether ctx's work is due more than slack before all
-// the work holding places, with an extra place left. l.mu must be held.
-func (l *Lane) overtakes(ctx context.Context) bool {
+// overtakes reports whether work placed at mine is due more than slack
+// before all the work holding places, with an extra place left. l.mu must
+// be held.
+func (l *Lane) overtakes(mine time.Time) bool {
 	if l.slack == 0 || l.extra >= l.limit || len(l.holders) == 0 {
 		return false
 	}
-	return AheadOfAll(ticketFrom(ctx), l.slack, func(yield func(time.Time) bool) {
-		for h := range l.holders {
-			if !yield(h.place()) {
-				return
-			}
+	return AheadOfAll(mine, l.slack, l.places)
+}
+
+// places yields the places of the work holding places. l.mu must be held.
+func (l *Lane) places(yield func(time.Time) bool) {
+	for h := range l.holders {
+		if !yield(h.place()) {
+			return
 		}
-	})
+	}
 }
 
 // Ahead reports whether work placed at mine is due more than slack before
@@ -245,11 +259,26 @@ func (l *Lane) free(h *holder) {
 		}
 	}
 	for l.waiting.Len() > 0 && (l.limit == 0 || l.running < l.limit) {
-		w := heap.Pop(&l.waiting).(*waiter)
-		l.running++
-		w.held = l.hold(w.owner, w.ticket, false)
-		close(w.ready)
+		l.grant(false)
 	}
+	// An extra place given back goes to the first in line if it may
+	// overtake: otherwise work that found the extra places taken would
+	// wait for a holder it was due well before, for tens of seconds
+	// behind a large layer.
+	for l.waiting.Len() > 0 && l.overtakes(l.waiting[0].ticket) {
+		l.grant(true)
+	}
+}
+
+// grant gives the first in line a place. l.mu must be held.
+func (l *Lane) grant(extra bool) {
+	w := heap.Pop(&l.waiting).(*waiter)
+	l.running++
+	if extra {
+		l.extra++
+	}
+	w.held = l.hold(w.owner, w.ticket, extra)
+	close(w.ready)
 }
 
 // First is the ticket of the first in line, if any.
