@@ -128,11 +128,7 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
 						// Where each pull's time went (Pullwise logs it), to
 						// stderr: a benchmark's log is cut after ten lines.
-						for _, line := range strings.Split(n.d.Log(), "\n") {
-							if strings.Contains(line, "image pull timeline") {
-								fmt.Fprintln(os.Stderr, line)
-							}
-						}
+						printTimelines(n.d.Log())
 					}
 					return starts
 				}
@@ -160,6 +156,27 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 			}
 		})
 	}
+}
+
+// printTimelines prints where each pull's time went to stderr: a
+// benchmark's log is cut after ten lines. With PULLWISE_BENCH_VERBOSE=debug
+// each layer's too: its wait for an unpack place, its pauses, and
+// containerd's own time applying it.
+func printTimelines(log string) {
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "image pull timeline") || strings.Contains(line, "layer unpacked in its lane") {
+			fmt.Fprintln(os.Stderr, line)
+		}
+	}
+}
+
+// benchLogLevel is the nodes' containerd log level: debug only when asked,
+// as a debug log costs CPU the figures would count.
+func benchLogLevel() string {
+	if os.Getenv("PULLWISE_BENCH_VERBOSE") == "debug" {
+		return "debug"
+	}
+	return "info"
 }
 
 func logCorpusRun(b *testing.B, who string, run *corpusRun, bigFirst bool) {

@@ -101,7 +101,7 @@ func newNode(t testing.TB, opts nodeOptions) *node {
 		CRIImages:   opts.criImages + fmt.Sprintf("  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", n.pause.Ref),
 		ExtraConfig: opts.pullwise,
 		Transfer:    opts.transfer,
-		LogLevel:    "info",
+		LogLevel:    benchLogLevel(),
 	})
 	conn, err := grpc.NewClient(n.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -3,6 +3,7 @@ package lane
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/mount"
@@ -21,15 +22,20 @@ type Applier struct {
 // Apply implements diff.Applier. The layer's reader may be paced
 // (PacerOf), for the pulls due well before it.
 func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mount.Mount, opts ...diff.ApplyOpt) (ocispec.Descriptor, error) {
+	asked := time.Now()
 	h, err := a.Lane.acquire(ctx)
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("wait to unpack %s: %w", desc.Digest, err)
 	}
 	defer a.Lane.releaser(h)()
+	waited := time.Since(asked)
 	ctx, pacer := withPacer(ctx, a.Lane, h)
 	applied, err := a.Applier.Apply(ctx, desc, mounts, opts...)
-	if paused := pacer.Paused(); paused > 0 {
-		log.G(ctx).WithField("layer", desc.Digest).WithField("paused", paused).Debug("layer unpack gave way to earlier pulls")
-	}
+	log.G(ctx).WithFields(log.Fields{
+		"layer":  desc.Digest,
+		"waited": waited,
+		"paused": pacer.Paused(),
+		"took":   time.Since(asked),
+	}).Debug("layer unpacked in its lane")
 	return applied, err
 }
