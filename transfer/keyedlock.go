@@ -3,6 +3,8 @@ package transfer
 import (
 	"context"
 	"sync"
+
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // KeyedLock serializes work per key, such as fetching one blob or unpacking
@@ -15,8 +17,9 @@ type KeyedLock struct {
 }
 
 type keyLock struct {
-	ch   chan struct{} // holds one token while the key is locked
-	refs int           // holders and waiters; the entry goes at zero
+	ch     chan struct{} // holds one token while the key is locked
+	refs   int           // holders and waiters; the entry goes at zero
+	holder *lane.Ticket  // the holder's pull (lane.TicketOf), or nil
 }
 
 // NewKeyedLock returns an empty KeyedLock.
@@ -37,6 +40,9 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 
 	select {
 	case l.ch <- struct{}{}:
+		k.mu.Lock()
+		l.holder = lane.TicketOf(ctx)
+		k.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		k.release(key, l)
@@ -53,8 +59,29 @@ func (k *KeyedLock) Unlock(key string) {
 	if !ok {
 		panic("transfer: unlock of unlocked key " + key)
 	}
+	k.mu.Lock()
+	l.holder = nil
+	k.mu.Unlock()
 	<-l.ch
 	k.release(key, l)
+}
+
+// Waited reports whether work waits for a key that a pull with ticket t
+// holds: containerd's unpacker locks a layer's chain ID before its blob is
+// fetched and until it is committed, so every other pull of an image that
+// shares the layer waits for that pull's writing of it (lane.Pacer).
+func (k *KeyedLock) Waited(t *lane.Ticket) bool {
+	if t == nil {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, l := range k.locks {
+		if l.holder == t && l.refs > 1 {
+			return true
+		}
+	}
+	return false
 }
 
 func (k *KeyedLock) release(key string, l *keyLock) {

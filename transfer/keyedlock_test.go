@@ -6,6 +6,9 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 func TestKeyedLockExcludesPerKey(t *testing.T) {
@@ -89,4 +92,33 @@ func TestKeyedLockUnlockUnlockedPanics(t *testing.T) {
 		}
 	}()
 	NewKeyedLock().Unlock("nope")
+}
+
+// TestKeyedLockWaited: a pull is waited for while it holds a key another
+// caller waits on, and only then.
+func TestKeyedLockWaited(t *testing.T) {
+	k := NewKeyedLock()
+	mine, other := lane.NewTicket(time.Now()), lane.NewTicket(time.Now())
+	if err := k.Lock(lane.WithTicket(context.Background(), mine), "chain"); err != nil {
+		t.Fatal(err)
+	}
+	if k.Waited(mine) {
+		t.Fatal("waited for with no one waiting")
+	}
+	locked := make(chan error)
+	go func() { locked <- k.Lock(lane.WithTicket(context.Background(), other), "chain") }()
+	for !k.Waited(mine) {
+		time.Sleep(time.Millisecond)
+	}
+	if k.Waited(other) || k.Waited(nil) {
+		t.Fatal("a waiter, or no pull, reported as waited for")
+	}
+	k.Unlock("chain")
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	if k.Waited(mine) || k.Waited(other) {
+		t.Fatal("waited for after the key changed hands, with no one waiting")
+	}
+	k.Unlock("chain")
 }

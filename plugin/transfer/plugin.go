@@ -87,6 +87,8 @@ func init() {
 				unpacks = lane.Overtaking(layersAtOnce, dueSlack)
 			}
 			parallel := parallelUnpack(c.MaxConcurrentUnpacks, ups)
+			// The unpacker's locks on chain IDs, shared by every pull.
+			chains := transfer.NewKeyedLock()
 			dirs := implied.NewDirs()
 			for i := range ups {
 				a := ups[i].Applier
@@ -97,7 +99,7 @@ func init() {
 				// CRI's apply options (image_pull_with_sync_fs, decryption)
 				// reach its pulls' layers through the context
 				// (transfer/applyopts).
-				ups[i].Applier = lane.Applier{Applier: applyopts.Applier{Applier: a}, Lane: unpacks}
+				ups[i].Applier = lane.Applier{Applier: applyopts.Applier{Applier: a}, Lane: unpacks, Waited: chains.Waited}
 			}
 			next := local.NewTransferService(db.ContentStore(), metadata.NewImageStore(db), local.TransferConfig{
 				Leases:                      l.(leases.Manager),
@@ -105,7 +107,7 @@ func init() {
 				ConcurrentLayerFetchBuffer:  c.ConcurrentLayerFetchBuffer,
 				MaxConcurrentUploadedLayers: c.MaxConcurrentUploadedLayers,
 				MaxConcurrentUnpacks:        containerdUnpacks(parallel),
-				DuplicationSuppressor:       transfer.NewKeyedLock(),
+				DuplicationSuppressor:       chains,
 				UnpackPlatforms:             ups,
 				Verifiers:                   verifiers,
 				RegistryConfigPath:          c.RegistryConfigPath,

@@ -17,6 +17,11 @@ import (
 type Applier struct {
 	diff.Applier
 	Lane *Lane
+	// Waited reports whether other work waits for something the pull
+	// with ticket t holds, such as the lock on a layer shared with other
+	// images; such a pull's layers are not paced, lest the work it holds
+	// up wait on the pause too. Nil: nothing is held.
+	Waited func(t *Ticket) bool
 }
 
 // Apply implements diff.Applier. The layer's reader may be paced
@@ -29,7 +34,7 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	}
 	defer a.Lane.releaser(h)()
 	waited := time.Since(asked)
-	ctx, pacer := withPacer(ctx, a.Lane, h)
+	ctx, pacer := withPacer(ctx, a.Lane, h, a.Waited)
 	applied, err := a.Applier.Apply(ctx, desc, mounts, opts...)
 	log.G(ctx).WithFields(log.Fields{
 		"layer":  desc.Digest,

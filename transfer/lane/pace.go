@@ -18,23 +18,25 @@ import (
 // system shares CPUs by thread, and a layer is written by one goroutine
 // among containerd's, so its scheduler cannot be told; the layer's reader
 // can. Only work holding a place counts, never work waiting for one: work
-// ahead runs, so no pause waits on a pause.
+// ahead runs, so no pause waits on a pause; and a pull others wait for
+// (Applier.Waited) is not paced.
 type Pacer struct {
 	lane   *Lane
 	mine   *holder
-	looked time.Time     // when Wait last asked the lane; only the reader
-	paused time.Duration // in all; only the reader
+	waited func(*Ticket) bool // Applier.Waited, or nil
+	looked time.Time          // when Wait last asked the lane; only the reader
+	paused time.Duration      // in all; only the reader
 }
 
 type pacerKey struct{}
 
 // withPacer gives ctx's layer the pacer of its place h in l; a lane
 // without slack paces nothing.
-func withPacer(ctx context.Context, l *Lane, h *holder) (context.Context, *Pacer) {
+func withPacer(ctx context.Context, l *Lane, h *holder, waited func(*Ticket) bool) (context.Context, *Pacer) {
 	if l.slack == 0 || h == nil {
 		return ctx, nil
 	}
-	p := &Pacer{lane: l, mine: h}
+	p := &Pacer{lane: l, mine: h, waited: waited}
 	return context.WithValue(ctx, pacerKey{}, p), p
 }
 
@@ -84,8 +86,12 @@ func (p *Pacer) Paused() time.Duration {
 	return p.paused
 }
 
-// behind reports whether a holder of the lane is Ahead of p's place.
+// behind reports whether a holder of the lane is Ahead of p's place, and
+// no one waits for p's pull.
 func (p *Pacer) behind() bool {
+	if p.waited != nil && p.waited(p.mine.ticket) {
+		return false
+	}
 	l := p.lane
 	mine := p.mine.place()
 	l.mu.Lock()

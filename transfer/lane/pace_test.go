@@ -45,11 +45,13 @@ func TestPacer(t *testing.T) {
 		layer   context.Context
 		paused  bool // the layer waits until the holder is done
 		noPacer bool
+		waited  bool // others wait for the layer's pull (Applier.Waited)
 	}{
-		{"large layer gives way to a small pull's", Overtaking(2, time.Second), small, big, true, false},
-		{"small layer does not give way to a large pull's", Overtaking(2, time.Second), big, small, false, false},
-		{"within the slack", Overtaking(2, time.Second), due(40<<20), due(120<<20), false, false},
-		{"a plain lane never paces", New(2), small, big, false, true},
+		{"large layer gives way to a small pull's", Overtaking(2, time.Second), small, big, true, false, false},
+		{"small layer does not give way to a large pull's", Overtaking(2, time.Second), big, small, false, false, false},
+		{"within the slack", Overtaking(2, time.Second), due(40 << 20), due(120 << 20), false, false, false},
+		{"a plain lane never paces", New(2), small, big, false, true, false},
+		{"not while others wait for the pull", Overtaking(2, time.Second), small, big, false, false, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,6 +61,9 @@ func TestPacer(t *testing.T) {
 			}
 			w := writer{started: make(chan *Pacer, 1), err: make(chan error, 1)}
 			a := Applier{Applier: w, Lane: tc.lane}
+			if tc.waited {
+				a.Waited = func(t *Ticket) bool { return t == TicketOf(tc.layer) }
+			}
 			applied := make(chan struct{})
 			go func() {
 				defer close(applied)
