@@ -27,16 +27,20 @@ func (w writer) Apply(ctx context.Context, _ ocispec.Descriptor, _ []mount.Mount
 	return ocispec.Descriptor{}, err
 }
 
-// TestPacer: a layer being written gives way while a layer of a pull due
-// more than the slack before it holds a place, and only then; cancelling
-// it while it waits frees its place.
-func TestPacer(t *testing.T) {
-	base := time.Now()
-	due := func(bytes int64) context.Context {
+// dueFrom returns the context of a pull of bytes asked for at base.
+func dueFrom(base time.Time) func(bytes int64) context.Context {
+	return func(bytes int64) context.Context {
 		tk := NewTicket(base)
 		tk.Size(bytes)
 		return WithTicket(context.Background(), tk)
 	}
+}
+
+// TestPacer: a layer being written gives way while a layer of a pull due
+// more than the slack before it holds a place, and only then; cancelling
+// it while it waits frees its place.
+func TestPacer(t *testing.T) {
+	due := dueFrom(time.Now())
 	big, small := due(1700<<20), due(20<<20)
 	cases := []struct {
 		name    string
@@ -126,12 +130,7 @@ func TestPacer(t *testing.T) {
 // TestOvertakingOnRelease: work that found the extra places taken gets one
 // as soon as one is given back, not when the large holder is done.
 func TestOvertakingOnRelease(t *testing.T) {
-	base := time.Now()
-	due := func(bytes int64) context.Context {
-		tk := NewTicket(base)
-		tk.Size(bytes)
-		return WithTicket(context.Background(), tk)
-	}
+	due := dueFrom(time.Now())
 	l := Overtaking(1, time.Second)
 	bigDone, err := l.Acquire(due(1700 << 20))
 	if err != nil {
