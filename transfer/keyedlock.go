@@ -55,13 +55,13 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 func (k *KeyedLock) Unlock(key string) {
 	k.mu.Lock()
 	l, ok := k.locks[key]
+	if ok {
+		l.holder = nil
+	}
 	k.mu.Unlock()
 	if !ok {
 		panic("transfer: unlock of unlocked key " + key)
 	}
-	k.mu.Lock()
-	l.holder = nil
-	k.mu.Unlock()
 	<-l.ch
 	k.release(key, l)
 }
