@@ -35,9 +35,6 @@ type Link struct {
 // cancelled pull) must not hold others back.
 const active = 100 * time.Millisecond
 
-// poll is how often a paused body looks again.
-const poll = 20 * time.Millisecond
-
 // NewLink returns a link that pauses bodies behind pulls at least slack
 // earlier.
 func NewLink(slack time.Duration) *Link {
@@ -54,6 +51,7 @@ type Flow struct {
 	// is set on every Read of every body, and a lock there would be taken
 	// thousands of times a second on a fast link.
 	moved atomic.Int64
+	asked every // Ask's; only the body's reader
 }
 
 // Open adds a body of the pull that ctx's ticket belongs to, holding one
@@ -107,23 +105,18 @@ func (f *Flow) Behind() bool {
 	return false
 }
 
+// Ask reports whether f is Behind, asking the link at most every poll and
+// answering false in between; only the body's reader calls it, before
+// every Read.
+func (f *Flow) Ask() bool {
+	return f.asked.due() && f.Behind()
+}
+
 // Yield waits while f is Behind, at most for limit, and reports whether
 // it still is.
 func (f *Flow) Yield(ctx context.Context, limit time.Duration) (behind bool, err error) {
 	if !f.Behind() {
 		return false, nil
 	}
-	t := time.NewTicker(poll)
-	defer t.Stop()
-	end := time.After(limit)
-	for f.Behind() {
-		select {
-		case <-ctx.Done():
-			return true, ctx.Err()
-		case <-end:
-			return true, nil
-		case <-t.C:
-		}
-	}
-	return false, nil
+	return waitWhile(ctx, f.Behind, time.After(limit))
 }

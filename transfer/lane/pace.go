@@ -24,7 +24,7 @@ type Pacer struct {
 	lane   *Lane
 	mine   *holder
 	waited func(*Ticket) bool // Applier.Waited, or nil
-	looked time.Time          // when Wait last asked the lane; only the reader
+	asked  every              // Wait's; only the reader
 	paused time.Duration      // in all; only the reader
 }
 
@@ -54,28 +54,13 @@ func (p *Pacer) Wait(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
-	now := time.Now()
-	if now.Sub(p.looked) < poll {
+	if !p.asked.due() || !p.behind() {
 		return nil
 	}
-	p.looked = now
-	if !p.behind() {
-		return nil
-	}
-	t := time.NewTicker(poll)
-	defer t.Stop()
-	defer func() { p.paused += time.Since(now) }()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		if !p.behind() {
-			p.looked = time.Now()
-			return nil
-		}
-	}
+	start := time.Now()
+	defer func() { p.paused += time.Since(start) }()
+	_, err := waitWhile(ctx, p.behind, nil)
+	return err
 }
 
 // Paused is how long Wait held the layer back in all.

@@ -340,7 +340,6 @@ type watchedBody struct {
 	flow     *lane.Flow   // the body on the node's link, with download; or nil
 	places   *lane.Lane   // where download is taken again after a pause
 	paused   bool         // yielding the link; only the reader reads it
-	looked   time.Time    // when the reader last asked the link; only it
 	eof      func()       // called at the end of a complete body, or nil
 	failed   func(error)  // reports a body failure
 	once     sync.Once
@@ -423,15 +422,7 @@ func (b *watchedBody) yield() error {
 		return nil
 	}
 	if !b.paused {
-		// Asking the link takes its lock and walks every body on it;
-		// a Read returns every few KiB, so it asks at most every
-		// lookEvery, well within the second of slack a pause needs.
-		now := time.Now()
-		if now.Sub(b.looked) < lookEvery {
-			return nil
-		}
-		b.looked = now
-		if !b.download.held() || !b.flow.Behind() {
+		if !b.flow.Ask() || !b.download.held() {
 			return nil
 		}
 		b.download.give()
@@ -450,10 +441,8 @@ func (b *watchedBody) yield() error {
 	return nil
 }
 
-// trickleEvery is how often a paused body reads, and trickle how much;
-// lookEvery how often a body that reads on asks whether to pause.
+// trickleEvery is how often a paused body reads, and trickle how much.
 const (
-	lookEvery    = 20 * time.Millisecond
 	trickleEvery = 5 * time.Second
 	trickle      = 4 << 10
 )
