@@ -53,6 +53,10 @@ type Options struct {
 	// service unpack into (a proxy snapshotter that ExtraConfig declares,
 	// say) instead of overlayfs or native.
 	Snapshotter string
+	// NoUnpackConfig leaves the transfer service's unpack_config out, as
+	// the install docs of remote snapshotters (stargz, SOCI, nydus) do:
+	// containerd then has only its default unpack platform.
+	NoUnpackConfig bool
 }
 
 // Daemon is a running containerd.
@@ -116,12 +120,12 @@ state = "{{.State}}"
 [plugins."io.containerd.transfer.v1.local"]
   config_path = "{{.HostsDir}}"
 {{.Transfer}}
-
+{{if .UnpackConfig}}
   [[plugins."io.containerd.transfer.v1.local".unpack_config]]
     platform = "{{.Platform}}"
     snapshotter = "{{.Snapshotter}}"
     differ = "walking"
-
+{{end}}
 {{.ExtraConfig}}
 `))
 
@@ -278,10 +282,15 @@ func (d *Daemon) debugRead(t testing.TB, path string) string {
 func (d *Daemon) writeConfig(t testing.TB, opts Options) string {
 	t.Helper()
 	var cfg bytes.Buffer
+	unpackConfig := "yes"
+	if opts.NoUnpackConfig {
+		unpackConfig = ""
+	}
 	err := configTemplate.Execute(&cfg, map[string]string{
 		"Root": d.Root, "State": d.State, "Socket": d.Socket, "MetricsAddr": d.MetricsAddr, "DebugSocket": d.DebugSocket,
 		"Snapshotter": d.Snapshotter, "HostsDir": opts.HostsDir, "Platform": hostPlatform(),
 		"CRIImages": opts.CRIImages, "ExtraConfig": opts.ExtraConfig, "Transfer": opts.Transfer,
+		"UnpackConfig": unpackConfig,
 	})
 	if err != nil {
 		t.Fatal(err)
