@@ -16,8 +16,9 @@ const (
 )
 
 type metrics struct {
-	pulls    *prometheus.CounterVec
-	waitTime prometheus.Histogram
+	pulls      *prometheus.CounterVec
+	waitTime   prometheus.Histogram
+	lazyLayers prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, running, waiting func() float64) (*metrics, error) {
@@ -33,9 +34,14 @@ func newMetrics(reg prometheus.Registerer, running, waiting func() float64) (*me
 			Help:      "Time pulls waited for a slot under max_parallel_image_pulls.",
 			Buckets:   []float64{0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}),
+		lazyLayers: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "pullwise",
+			Name:      "lazy_layers_total",
+			Help:      "Layers a remote snapshotter (stargz, SOCI, nydus) mounted lazily: containerd fetched none of their bytes.",
+		}),
 	}
 	collectors := []prometheus.Collector{
-		m.pulls, m.waitTime,
+		m.pulls, m.waitTime, m.lazyLayers,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "pullwise",
 			Name:      "pulls_in_flight",

@@ -50,6 +50,8 @@ type pull struct {
 	// First and last blob bytes read, in Unix nanoseconds, for the
 	// timeline; written by fetching goroutines.
 	firstByte, lastByte atomic.Int64
+	// lazyLayers counts layers a remote snapshotter mounted lazily.
+	lazyLayers atomic.Int64
 }
 
 // bytesRead notes that blob bytes arrived now.
@@ -74,6 +76,9 @@ func (p *pull) logTimeline(ctx context.Context) {
 		"first_byte": since(p.firstByte.Load()), "last_byte": since(p.lastByte.Load())}
 	if !p.fetched.IsZero() {
 		f["fetched"] = p.fetched.Sub(p.queued)
+	}
+	if n := p.lazyLayers.Load(); n > 0 {
+		f["lazy_layers"] = n
 	}
 	log.G(ctx).WithFields(f).Info("image pull timeline")
 }

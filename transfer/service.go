@@ -30,6 +30,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/health"
 	"github.com/pullwise/pullwise/transfer/hub"
 	"github.com/pullwise/pullwise/transfer/lane"
+	"github.com/pullwise/pullwise/transfer/lazy"
 	"github.com/pullwise/pullwise/transfer/source"
 )
 
@@ -70,6 +71,9 @@ type Config struct {
 	// Handback decides when a pull whose blobs are in gives its slot
 	// back; nil: at once.
 	Handback *gate.Handback
+	// Unpacks names the snapshotters pulls can unpack into for the host
+	// platform, as the transfer plugin configured them.
+	Unpacks []string
 }
 
 type config struct {
@@ -247,7 +251,18 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 			rec.OnSize(ticket.Size)
 		}
 	}
-	if err := s.next.Transfer(lane.WithTicket(ctx, ticket), src, dst, transfer.WithProgress(tap)); err != nil {
+	// Layers a remote snapshotter mounts get no event from containerd,
+	// nor any fetch: say so, and count them as in (transfer/lazy).
+	tctx := lazy.WithObserver(lane.WithTicket(ctx, ticket), func(layer digest.Digest) {
+		var size int64
+		if rec != nil {
+			size = rec.MountedLazily(layer)
+		}
+		p.lazyLayers.Add(1)
+		s.metrics.lazyLayers.Inc()
+		tap(transfer.Progress{Event: hub.EventLazy, Name: "layer-" + layer.String(), Progress: size, Total: size})
+	})
+	if err := s.next.Transfer(tctx, src, dst, transfer.WithProgress(tap)); err != nil {
 		return explain(err, rec)
 	}
 	s.recordSource(ctx, dst, rec, prev)

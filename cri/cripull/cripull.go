@@ -202,9 +202,13 @@ func (p *Puller) EnsureSandboxImage(ctx context.Context, config *runtime.PodSand
 }
 
 // snapshotter is CRI's choice: the runtime handler's snapshotter
-// (runtime_platforms), else the default one.
+// (runtime_platforms), else the default one. As in CRI, a request without
+// a sandbox config gets the default one, whatever runtime handler it names.
 func (p *Puller) snapshotter(ctx context.Context, ref string, r *runtime.PullImageRequest) string {
 	sn := p.deps.Config.Snapshotter
+	if r.GetSandboxConfig() == nil {
+		return sn
+	}
 	handler := r.GetImage().GetRuntimeHandler()
 	if handler == "" {
 		handler = r.GetSandboxConfig().GetAnnotations()[runtimeHandlerAnnotation]

@@ -80,6 +80,9 @@ func newCRIPuller(ic *plugin.InitContext, ts *transfer.Service, db *metadata.DB)
 	if ok, err := c.UsesTransfer(); err != nil || ok {
 		return nil, err
 	}
+	if err := cripull.CheckSnapshotters(c, ts.Config().Unpacks); err != nil {
+		return nil, err
+	}
 	hostDir := c.Registry.ConfigPath
 	if hostDir == "" && len(c.Registry.Mirrors) > 0 {
 		hostDir = filepath.Join(ic.Properties[plugins.PropertyStateDir], "registry-mirrors")

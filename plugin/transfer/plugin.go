@@ -34,6 +34,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/gunzip"
 	"github.com/pullwise/pullwise/transfer/implied"
 	"github.com/pullwise/pullwise/transfer/lane"
+	"github.com/pullwise/pullwise/transfer/lazy"
 
 	// Type registrations for transfer sources and destinations; without
 	// them ctr's pull, import and export requests cannot be decoded.
@@ -78,6 +79,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			loaded := loadedSnapshotters(ic, db, c, ups)
 			// Layers are applied through Pullwise's lane, oldest pull first.
 			// containerd's unpack limiter is on only for parallel unpack
 			// (parallelUnpack), and never binds.
@@ -87,6 +89,7 @@ func init() {
 				unpacks = lane.Overtaking(layersAtOnce, dueSlack)
 			}
 			parallel := parallelUnpack(c.MaxConcurrentUnpacks, ups)
+			ups = append(ups, loaded...)
 			// The unpacker's locks on chain IDs, shared by every pull.
 			chains := transfer.NewKeyedLock()
 			dirs := implied.NewDirs()
@@ -100,6 +103,7 @@ func init() {
 				// reach its pulls' layers through the context
 				// (transfer/applyopts).
 				ups[i].Applier = lane.Applier{Applier: applyopts.Applier{Applier: a}, Lane: unpacks, Waited: chains.Waited}
+				ups[i].Snapshotter = lazy.Snapshotter{Snapshotter: ups[i].Snapshotter}
 			}
 			next := local.NewTransferService(db.ContentStore(), metadata.NewImageStore(db), local.TransferConfig{
 				Leases:                      l.(leases.Manager),
@@ -120,7 +124,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads)}
+			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(ups)}
 			if c.LinkPriority {
 				tc.Link = lane.NewLink(dueSlack)
 			}
@@ -153,7 +157,12 @@ func init() {
 				"gzip_read_ahead":          c.GzipReadAhead,
 				"small_pulls_first":        c.SmallPullsFirst,
 				"link_priority":            c.LinkPriority,
+				"unpack_snapshotters":      tc.Unpacks,
 			}).Info("unpack configured")
+			if len(loaded) > 0 {
+				log.G(ic.Context).WithField("snapshotters", snapshotterKeys(loaded)).
+					Info("unpack platforms added for loaded snapshotters that unpack_config does not list, as CRI's local pull path would unpack into them")
+			}
 			return ts, nil
 		},
 	})

@@ -2,6 +2,8 @@ package transfer
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -26,43 +28,117 @@ func unpackPlatforms(ic *plugin.InitContext, db *metadata.DB, c *config) ([]unpa
 	}
 	var out []unpack.Platform
 	for _, uc := range entries {
-		p, err := platforms.Parse(uc.Platform)
+		up, ok, err := unpackPlatform(ic, db, c, uc)
 		if err != nil {
-			return nil, fmt.Errorf("%s: platform configuration %v invalid", plugins.TransferPlugin, uc.Platform)
-		}
-		sn := db.Snapshotter(uc.Snapshotter)
-		if sn == nil {
-			if uc.Optional {
-				continue
-			}
-			return nil, fmt.Errorf("snapshotter %q not found: %w", uc.Snapshotter, errdefs.ErrNotFound)
-		}
-		applier, err := findApplier(ic, uc, p)
-		if err != nil {
-			if uc.Optional {
-				continue
-			}
 			return nil, err
 		}
-		target := platforms.OnlyOS(p)
-		if c.CheckPlatformSupported {
-			target = platforms.Only(p)
+		if ok {
+			out = append(out, up)
 		}
-		up := unpack.Platform{
-			Platform:       target,
-			SnapshotterKey: uc.Snapshotter,
-			Snapshotter:    sn,
-			Applier:        applier,
-			ConfigType:     uc.ConfigType,
-			LayerTypes:     uc.LayerTypes,
+	}
+	return out, nil
+}
+
+// loadedSnapshotters returns an unpack platform for the host platform into
+// every loaded snapshotter that configured lacks one for, with the default
+// differ: remote snapshotters (stargz, SOCI, nydus) among them, declared
+// as proxy plugins. Their install docs configure CRI, not unpack_config,
+// because stock CRI pulls for them on its local path (client.Pull), which
+// unpacks into any loaded snapshotter. Pullwise serves those pulls through
+// the transfer service (cri/cripull), so the transfer service must unpack
+// into them too, or every such pull fails with "no unpack platforms
+// defined". Added after the configured ones, so a configured entry wins.
+//
+// The default snapshotter is left out: a request that names no snapshotter
+// gets the default one where unpack_config lists it, so adding it would
+// change where ctr's pulls unpack on a node whose unpack_config leaves it
+// out. An explicitly empty unpack_config (no unpacking) gets none.
+func loadedSnapshotters(ic *plugin.InitContext, db *metadata.DB, c *config, configured []unpack.Platform) []unpack.Platform {
+	if c.UnpackConfiguration != nil && len(c.UnpackConfiguration) == 0 {
+		return nil
+	}
+	loaded, err := ic.GetByType(plugins.SnapshotPlugin)
+	if err != nil {
+		return nil
+	}
+	host := platforms.DefaultSpec()
+	var out []unpack.Platform
+	for _, name := range slices.Sorted(maps.Keys(loaded)) {
+		if name == defaults.DefaultSnapshotter || unpacksInto(configured, name, host) {
+			continue
 		}
-		if sp := ic.Plugins().Get(plugins.SnapshotPlugin, uc.Snapshotter); sp != nil {
-			up.SnapshotterExports = sp.Meta.Exports
-			up.SnapshotterCapabilities = sp.Meta.Capabilities
+		uc := unpackConfig{Platform: platforms.Format(host), Snapshotter: name, Optional: true}
+		up, ok, err := unpackPlatform(ic, db, c, uc)
+		if err != nil || !ok {
+			log.G(ic.Context).WithError(err).WithField("snapshotter", name).Debug("no unpack platform for a loaded snapshotter")
+			continue
 		}
 		out = append(out, up)
 	}
-	return out, nil
+	return out
+}
+
+// snapshotterKeys names the snapshotters of ups for the host platform, in
+// order, once each: what the transfer service unpacks into.
+func snapshotterKeys(ups []unpack.Platform) []string {
+	var out []string
+	for _, up := range ups {
+		if up.Platform.Match(platforms.DefaultSpec()) && !slices.Contains(out, up.SnapshotterKey) {
+			out = append(out, up.SnapshotterKey)
+		}
+	}
+	return out
+}
+
+// unpacksInto reports whether ups has an entry for snapshotter on platform
+// p, as containerd's transfer service matches a pull's unpack request.
+func unpacksInto(ups []unpack.Platform, snapshotter string, p specs.Platform) bool {
+	for _, up := range ups {
+		if up.SnapshotterKey == snapshotter && up.Platform.Match(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// unpackPlatform builds one unpack_config entry; ok is false for an
+// optional entry whose snapshotter or differ is missing.
+func unpackPlatform(ic *plugin.InitContext, db *metadata.DB, c *config, uc unpackConfig) (unpack.Platform, bool, error) {
+	p, err := platforms.Parse(uc.Platform)
+	if err != nil {
+		return unpack.Platform{}, false, fmt.Errorf("%s: platform configuration %v invalid", plugins.TransferPlugin, uc.Platform)
+	}
+	sn := db.Snapshotter(uc.Snapshotter)
+	if sn == nil {
+		if uc.Optional {
+			return unpack.Platform{}, false, nil
+		}
+		return unpack.Platform{}, false, fmt.Errorf("snapshotter %q not found: %w", uc.Snapshotter, errdefs.ErrNotFound)
+	}
+	applier, err := findApplier(ic, uc, p)
+	if err != nil {
+		if uc.Optional {
+			return unpack.Platform{}, false, nil
+		}
+		return unpack.Platform{}, false, err
+	}
+	target := platforms.OnlyOS(p)
+	if c.CheckPlatformSupported {
+		target = platforms.Only(p)
+	}
+	up := unpack.Platform{
+		Platform:       target,
+		SnapshotterKey: uc.Snapshotter,
+		Snapshotter:    sn,
+		Applier:        applier,
+		ConfigType:     uc.ConfigType,
+		LayerTypes:     uc.LayerTypes,
+	}
+	if sp := ic.Plugins().Get(plugins.SnapshotPlugin, uc.Snapshotter); sp != nil {
+		up.SnapshotterExports = sp.Meta.Exports
+		up.SnapshotterCapabilities = sp.Meta.Capabilities
+	}
+	return up, true, nil
 }
 
 // findApplier returns the configured differ, or else the one diff plugin

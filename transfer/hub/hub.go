@@ -21,7 +21,19 @@ type Event struct {
 	Progress int64  `json:"progress"`
 	Total    int64  `json:"total"`
 	Error    string `json:"error,omitempty"`
+	// State is StateLazy for a layer a remote snapshotter mounted:
+	// done, with none of its bytes fetched by the pull. Empty otherwise,
+	// so every other line has exactly KEP-5334's keys.
+	State string `json:"state,omitempty"`
 }
+
+// StateLazy marks a layer mounted lazily by a remote snapshotter (stargz,
+// SOCI, nydus); its bytes are read from the registry on demand, later.
+const StateLazy = "lazy"
+
+// EventLazy is the transfer progress event Pullwise sends for a layer
+// mounted lazily; containerd itself sends none for it.
+const EventLazy = "lazy"
 
 // Pull identifies a pull to selectors: the image and the pods waiting on it.
 type Pull struct {
@@ -124,6 +136,10 @@ func (h *Hub) Update(key string, ev transfer.Progress) {
 		ev.Progress = p.fetched[layer]
 	}
 	switch ev.Event {
+	case EventLazy:
+		e.Total = max(e.Total, ev.Total)
+		e.Progress = e.Total
+		e.State = StateLazy
 	case "complete", "already exists", "extracted":
 		// Nothing is left to download; an existing layer may come with no
 		// sizes at all.

@@ -3,6 +3,7 @@ package source
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"sync"
 
 	"github.com/opencontainers/go-digest"
@@ -31,7 +32,9 @@ type fetchWatch struct {
 	// seen, what it is asked about, and skipped its answer once known:
 	// asked once, not at every blob the pull completes.
 	unpacked Unpacked
-	image    struct {
+	// lazy are layers a remote snapshotter mounted without a fetch.
+	lazy  map[digest.Digest]bool
+	image struct {
 		config  digest.Digest
 		layers  []ocispec.Descriptor
 		skipped map[digest.Digest]bool
@@ -150,6 +153,24 @@ func missingBytes(layers []ocispec.Descriptor, present func(digest.Digest) bool)
 	return n
 }
 
+// mountedLazily notes layer d as mounted by a remote snapshotter, which
+// leaves nothing to fetch for it, and returns its size (0 when the
+// manifest has not listed it).
+func (w *fetchWatch) mountedLazily(d digest.Digest) int64 {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	if w.lazy == nil {
+		w.lazy = map[digest.Digest]bool{}
+	}
+	w.lazy[d] = true
+	size := w.expected[d]
+	w.mu.Unlock()
+	w.check()
+	return size
+}
+
 // isConfig reports whether d is the config of an image manifest the pull
 // fetched. Only a watched pull (OnFetched) learns its manifests.
 func (w *fetchWatch) isConfig(d digest.Digest) bool {
@@ -191,11 +212,12 @@ func (w *fetchWatch) check() {
 		}
 	}
 	config, layers, skipped := w.image.config, w.image.layers, w.image.skipped
+	lazy := maps.Clone(w.lazy)
 	w.mu.Unlock()
 	// Asked outside the lock: the content store and the snapshotter read
 	// their databases.
 	for _, d := range missing {
-		if w.present(d) {
+		if lazy[d] || w.present(d) {
 			continue
 		}
 		if fetching[d] || d == config {

@@ -248,6 +248,10 @@ func (f *Fetcher) OnUnpacked(fn Unpacked) {
 	f.rec.OnUnpacked(fn)
 }
 
+// MountedLazily notes a layer a remote snapshotter mounted; see
+// Recorder.MountedLazily.
+func (f *Fetcher) MountedLazily(d digest.Digest) int64 { return f.rec.MountedLazily(d) }
+
 // OnSize reports the bytes the pull has left to fetch; see Recorder.OnSize.
 func (f *Fetcher) OnSize(fn func(bytes int64)) { f.rec.OnSize(fn) }
 

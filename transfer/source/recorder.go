@@ -31,6 +31,21 @@ type Recorder struct {
 	// onSize, when set, learns the bytes left to fetch once the image
 	// manifest of a watched pull is in.
 	onSize func(bytes int64)
+	// lazy counts the layers a remote snapshotter mounted lazily.
+	lazy map[digest.Digest]bool
+}
+
+// MountedLazily notes that a remote snapshotter mounted layer d without a
+// fetch (transfer/lazy): a watched pull then waits for no bytes of it. It
+// returns the layer's size, or 0 when no image manifest listed it.
+func (r *Recorder) MountedLazily(d digest.Digest) int64 {
+	r.mu.Lock()
+	if r.lazy == nil {
+		r.lazy = map[digest.Digest]bool{}
+	}
+	r.lazy[d] = true
+	r.mu.Unlock()
+	return r.fetchWatch().mountedLazily(d)
 }
 
 // OnSize calls fn once the image manifest of a pull watched with OnFetched
@@ -77,6 +92,10 @@ type manifestHit struct {
 type BlobStats struct {
 	Blobs int   `json:"blobs"`
 	Bytes int64 `json:"bytes"`
+	// Lazy counts the layers a remote snapshotter mounted from this host
+	// (the one that resolved the image) instead of containerd fetching
+	// them; their bytes come later, on demand, and are not counted.
+	Lazy int `json:"lazy,omitempty"`
 }
 
 // Result is what a pull's recorder says about where it came from.
@@ -125,6 +144,15 @@ func (r *Recorder) Result(ref string) Result {
 		for h, s := range r.blobs {
 			res.Blobs[h] = *s
 		}
+	}
+	if len(r.lazy) > 0 && len(r.manifests) > 0 {
+		if res.Blobs == nil {
+			res.Blobs = map[string]BlobStats{}
+		}
+		h := r.manifests[0].host
+		s := res.Blobs[h]
+		s.Lazy = len(r.lazy)
+		res.Blobs[h] = s
 	}
 	return res
 }
