@@ -207,3 +207,23 @@ func TestDownloadedBytesMoveLayers(t *testing.T) {
 		t.Fatalf("extracting counted as done: %+v", got)
 	}
 }
+
+// A layer a remote snapshotter mounted is done at once and says lazy;
+// other layers' lines keep exactly KEP-5334's keys.
+func TestLazyLayerLine(t *testing.T) {
+	var h Hub
+	h.Join("k", "example.com/app:v1", "")
+	s := h.Subscribe(all)
+	defer s.Close()
+	h.Update("k", transfer.Progress{Event: EventLazy, Name: "layer-sha256:a", Progress: 100, Total: 100})
+	h.Update("k", dl("sha256:b", 10, 50))
+	lines, _ := s.Take()
+	want := []Event{
+		{Image: "example.com/app:v1"},
+		{Image: "example.com/app:v1", Layer: "sha256:a", Progress: 100, Total: 100, State: StateLazy},
+		{Image: "example.com/app:v1", Layer: "sha256:b", Progress: 10, Total: 50},
+	}
+	if fmt.Sprint(lines) != fmt.Sprint(want) {
+		t.Fatalf("lines\n%v\nwant\n%v", lines, want)
+	}
+}

@@ -99,3 +99,48 @@ func TestFetchWatch(t *testing.T) {
 		})
 	}
 }
+
+// A remote snapshotter mounts layers that containerd never fetches: the
+// pull is done fetching once the config is in and every layer is either
+// read or mounted lazily, and the blobs label counts them on the host
+// that resolved the image.
+func TestMountedLazily(t *testing.T) {
+	config := ocispec.Descriptor{Digest: digest.FromString("config"), Size: 10}
+	l1 := ocispec.Descriptor{Digest: digest.FromString("l1"), Size: 100}
+	l2 := ocispec.Descriptor{Digest: digest.FromString("l2"), Size: 50}
+	manifest, _ := json.Marshal(ocispec.Manifest{Config: config, Layers: []ocispec.Descriptor{l1, l2}})
+	for _, tc := range []struct {
+		name     string
+		lazy     []ocispec.Descriptor
+		readL2   bool
+		wantDone bool
+	}{
+		{name: "every layer lazy", lazy: []ocispec.Descriptor{l1, l2}, wantDone: true},
+		{name: "one lazy, one read", lazy: []ocispec.Descriptor{l1}, readL2: true, wantDone: true},
+		{name: "one lazy, one still to come", lazy: []ocispec.Descriptor{l1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := 0
+			rec := &Recorder{}
+			rec.OnFetched(func(digest.Digest) bool { return false }, func() { done++ })
+			rec.manifest("registry:5000", "app", "v1")
+			rec.fetchWatch().manifestBody(manifest)
+			rec.blob("registry:5000", config.Digest.String())(config.Size)
+			for _, l := range tc.lazy {
+				if got := rec.MountedLazily(l.Digest); got != l.Size {
+					t.Fatalf("MountedLazily(%s) = %d, want the layer's size %d", l.Digest, got, l.Size)
+				}
+			}
+			if tc.readL2 {
+				rec.blob("registry:5000", l2.Digest.String())(l2.Size)
+			}
+			if want := map[bool]int{true: 1, false: 0}[tc.wantDone]; done != want {
+				t.Fatalf("done called %d times, want %d", done, want)
+			}
+			got := rec.Result("v1").Blobs["registry:5000"]
+			if got.Lazy != len(tc.lazy) {
+				t.Fatalf("blobs label counts %d lazy layers, want %d (%+v)", got.Lazy, len(tc.lazy), got)
+			}
+		})
+	}
+}
