@@ -20,7 +20,7 @@ INTEGRATION_TIMEOUT ?= 15m
 # integration run is otherwise thousands of lines above it.
 GOTESTSUM := $(GO) tool gotestsum
 
-.PHONY: all build containerd containerd-stock bench bench-quick soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean release release-stage install deps-build deps-run deps-test
+.PHONY: all build containerd containerd-stock stargz bench bench-quick soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean release release-stage install deps-build deps-run deps-test
 
 all: build
 
@@ -111,7 +111,7 @@ unit:
 
 # Integration needs root (mounts, a real daemon). As root it always runs: it
 # never skips silently. Without root it says so and stops here.
-integration: build containerd-stock release
+integration: build containerd-stock release stargz
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "integration: skipped, needs root (run 'sudo make integration')"; exit 0; fi
 	PULLWISE_BIN=$(BIN) PULLWISE_RELEASE=$(RELEASE_TARBALL) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout $(INTEGRATION_TIMEOUT) ./integration/
@@ -187,6 +187,12 @@ $(BIN)/kubelet: hack/kubelet/go.mod hack/kubelet/go.sum
 	cd hack/kubelet && $(GO) build -trimpath -ldflags '$(KUBELET_LDFLAGS)' -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet
 	@# A wrong version must not be left behind looking up to date.
 	$(BIN)/kubelet --version | grep -qx 'Kubernetes $(KUBELET_VERSION)' || { rm -f $@; exit 1; }
+
+# stargz-snapshotter's containerd-stargz-grpc for the lazy-pull tests, from
+# a small main in its own module (hack/stargz): the upstream cmd module is
+# not served, and stargz's dependencies stay out of Pullwise's go.mod.
+stargz:
+	cd hack/stargz && $(GO) build -o $(BIN)/containerd-stargz-grpc .
 
 # Stock containerd from the same pinned module, for side-by-side benchmarks.
 containerd-stock:

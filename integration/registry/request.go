@@ -84,3 +84,12 @@ func parsePath(path string) (kind Kind, repo, ref string) {
 	}
 	return KindOther, "", ""
 }
+
+// FromContainerd reports whether containerd sent the request: its docker
+// resolver sets the User-Agent "containerd/<version>" (stock builds
+// "containerd/2.4.2+unknown", Pullwise "containerd/v2.4.2+pullwise..."). A
+// remote snapshotter fetching for itself does not: stargz-snapshotter's
+// blob fetcher sends Go's default, "Go-http-client/1.1".
+func (r Request) FromContainerd() bool {
+	return strings.HasPrefix(r.Header.Get("User-Agent"), "containerd/")
+}
