@@ -88,7 +88,11 @@ func (v *barView) update(l line) {
 	case l.Layer != "":
 		lb := img.layers[l.Layer]
 		if lb == nil {
-			lb = &layerBar{bar: v.newBar(shortDigest(l.Layer), img.rank*imageSpan+1+len(img.layers), mpb.BarRemoveOnComplete())}
+			name := shortDigest(l.Layer)
+			if l.State != "" {
+				name += " " + l.State
+			}
+			lb = &layerBar{bar: v.newBar(name, img.rank*imageSpan+1+len(img.layers), mpb.BarRemoveOnComplete())}
 			img.layers[l.Layer] = lb
 		}
 		lb.progress, lb.total = l.Progress, l.Total

@@ -24,6 +24,9 @@ type line struct {
 	Progress int64  `json:"progress"`
 	Total    int64  `json:"total"`
 	Error    string `json:"error,omitempty"`
+	// State is "lazy" for a layer a remote snapshotter mounted: done,
+	// its bytes read from the registry later, on demand.
+	State string `json:"state,omitempty"`
 }
 
 func progressCommand() *cli.Command {
