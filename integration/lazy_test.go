@@ -169,6 +169,11 @@ func TestLazyPull(t *testing.T) {
 			if err := json.Unmarshal([]byte(labels[blobSourceLabel]), &blobs); err != nil || blobs[base.upstream.Host()].Lazy != len(img.Layers) {
 				t.Fatalf("blobs label %q (%v), want %d lazy layers on %s", labels[blobSourceLabel], err, len(img.Layers), base.upstream.Host())
 			}
+			// Nothing left to fetch once the layers are mounted: the pull
+			// was done fetching (and gave its slot back) before its end.
+			if line := logLine(n.d.Log(), "image pull timeline", repo, "fetched=", fmt.Sprintf("lazy_layers=%d", len(img.Layers))); line == "" {
+				t.Fatalf("no pull timeline with every blob in and %d lazy layers:\n%s", len(img.Layers), n.d.LogTail(30))
+			}
 			if got := n.metric("pullwise_lazy_layers_total"); got != float64(len(img.Layers)) {
 				t.Fatalf("pullwise_lazy_layers_total = %v, want %d", got, len(img.Layers))
 			}
