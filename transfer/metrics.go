@@ -13,6 +13,7 @@ const (
 	OutcomeDeduped  = "deduped"   // shared an identical pull in flight
 	OutcomeFailed   = "failed"
 	OutcomeTimedOut = "timed_out" // waited longer than pull_queue_timeout
+	OutcomeDiskFull = "disk_full" // no room on the disk for it (transfer/space)
 )
 
 type metrics struct {
@@ -58,7 +59,7 @@ func newMetrics(reg prometheus.Registerer, running, waiting func() float64) (*me
 			return nil, fmt.Errorf("register pull metrics: %w", err)
 		}
 	}
-	for _, o := range []string{OutcomePulled, OutcomeFastPath, OutcomeDeduped, OutcomeFailed, OutcomeTimedOut} {
+	for _, o := range []string{OutcomePulled, OutcomeFastPath, OutcomeDeduped, OutcomeFailed, OutcomeTimedOut, OutcomeDiskFull} {
 		m.pulls.WithLabelValues(o)
 	}
 	return m, nil

@@ -20,7 +20,8 @@ import (
 type prefetch struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	desc   ocispec.Descriptor // once done: the reference's, if resolved (even when err says the manifest was not fetched)
+	desc   ocispec.Descriptor   // once done: the reference's, if resolved (even when err says the manifest was not fetched)
+	layers []ocispec.Descriptor // once done without err: the layers the pull will fetch
 	err    error
 }
 
@@ -39,9 +40,9 @@ func (s *Service) startPrefetch(ctx context.Context, p *pull, rec *source.Fetche
 	platform := platforms.Only(unpack.Platform)
 	go func() {
 		defer close(pf.done)
-		var missing int64
-		pf.desc, missing, pf.err = rec.Prefetch(ctx, desc, platform, s.local.present(ctx), s.local.snapshotted(ctx, unpack))
+		pf.desc, pf.layers, pf.err = rec.Prefetch(ctx, desc, platform, s.local.present(ctx), s.local.snapshotted(ctx, unpack))
 		if pf.err == nil {
+			missing := source.Bytes(pf.layers)
 			ticket.Size(missing)
 			s.pulls.sized(p, missing)
 		}

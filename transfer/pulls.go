@@ -15,9 +15,10 @@ import (
 
 // Pull states, as ListPulls reports them.
 const (
-	StateWaiting   = "waiting"   // queued for a slot
-	StatePulling   = "pulling"   // holding a slot, fetching
-	StateUnpacking = "unpacking" // every blob fetched; slot given back, or kept (gate.Handback)
+	StateWaiting   = "waiting"           // queued for a slot
+	StateNoSpace   = "waiting-for-space" // queued until the disk has room for it (transfer/space)
+	StatePulling   = "pulling"           // holding a slot, fetching
+	StateUnpacking = "unpacking"         // every blob fetched; slot given back, or kept (gate.Handback)
 )
 
 // PullStatus is one pull in flight or waiting, shared callers counted once.
@@ -52,7 +53,12 @@ type pull struct {
 	firstByte, lastByte atomic.Int64
 	// lazyLayers counts layers a remote snapshotter mounted lazily.
 	lazyLayers atomic.Int64
+	// noSpace is set while the pull waits for disk space.
+	noSpace atomic.Bool
 }
+
+// waitForSpace marks p as waiting for disk space, or no longer.
+func (t *tracker) waitForSpace(p *pull, waiting bool) { p.noSpace.Store(waiting) }
 
 // bytesRead notes that blob bytes arrived now.
 func (p *pull) bytesRead() {
@@ -143,6 +149,9 @@ func (t *tracker) list(callers func(key string) int) []PullStatus {
 	out := make([]PullStatus, 0, len(pulls))
 	for _, p := range pulls {
 		s := PullStatus{Image: p.image, Pod: p.pod, State: StateWaiting, Waited: now.Sub(p.queued), Callers: callers(p.key)}
+		if p.noSpace.Load() {
+			s.State = StateNoSpace
+		}
 		if !p.started.IsZero() {
 			s.State, s.Waited = StatePulling, p.started.Sub(p.queued)
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/lane"
 	"github.com/pullwise/pullwise/transfer/lazy"
 	"github.com/pullwise/pullwise/transfer/source"
+	"github.com/pullwise/pullwise/transfer/space"
 )
 
 // Service is a transfer.Transferrer that passes every transfer to the
@@ -74,6 +75,12 @@ type Config struct {
 	// Unpacks names the snapshotters pulls can unpack into for the host
 	// platform, as the transfer plugin configured them.
 	Unpacks []string
+	// Space admits pulls by the disk space they will take; nil admits
+	// every pull.
+	Space *space.Ledger
+	// Ratio learns, from the layers unpacked, what a compressed byte
+	// takes on disk unpacked, for Space.
+	Ratio *space.Ratio
 }
 
 type config struct {
@@ -160,7 +167,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	defer s.pulls.remove(p)
 	outcome := OutcomePulled
 	defer func() {
-		if err != nil && outcome != OutcomeTimedOut {
+		if err != nil && outcome != OutcomeTimedOut && outcome != OutcomeDiskFull {
 			outcome = OutcomeFailed
 		}
 		s.metrics.pulls.WithLabelValues(outcome).Inc()
@@ -199,8 +206,27 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	ticket := lane.NewTicket(p.queued)
 	bypass := cfg.bypass[imageref.Normalize(ref)]
 	var pf *prefetch
-	if rec != nil && onePlatform(dst) && !bypass && cfg.Gate.Full() {
+	admit := cfg.Space != nil && !bypass
+	if rec != nil && onePlatform(dst) && !bypass && (cfg.Gate.Full() || admit) {
 		pf = s.startPrefetch(ctx, p, rec, dst, desc, ticket)
+	}
+	var need space.Need
+	if admit && pf != nil {
+		// Space comes before the slot: a pull that does not fit waits
+		// without holding one, and its prefetch tells what it will write.
+		pf.wait(ctx, false)
+		if pf.err == nil {
+			need = space.Need{Layers: pf.layers, Snapshotter: dst.(transfer.ImageUnpacker).UnpackPlatforms()[0].Snapshotter}
+			freed, err := cfg.Space.Admit(ctx, need, func() { s.pulls.waitForSpace(p, true) })
+			s.pulls.waitForSpace(p, false)
+			if err != nil {
+				if errors.Is(err, errdefs.ErrResourceExhausted) {
+					outcome = OutcomeDiskFull
+				}
+				return fmt.Errorf("pull %s: %w", ref, err)
+			}
+			defer freed()
+		}
 	}
 	release, waited, err := cfg.Gate.Acquire(lane.WithTicket(ctx, ticket), bypass)
 	s.metrics.waitTime.Observe(waited.Seconds())
@@ -263,6 +289,12 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		tap(transfer.Progress{Event: hub.EventLazy, Name: "layer-" + layer.String(), Progress: size, Total: size})
 	})
 	if err := s.next.Transfer(tctx, src, dst, transfer.WithProgress(tap)); err != nil {
+		if cfg.Space != nil {
+			if full := cfg.Space.Explain(err, need); full != nil {
+				outcome = OutcomeDiskFull
+				return fmt.Errorf("pull %s: %w", ref, full)
+			}
+		}
 		return explain(err, rec)
 	}
 	s.recordSource(ctx, dst, rec, prev)

@@ -48,6 +48,10 @@ type Config struct {
 	// wait; a longer wait fails them at once with ResourceExhausted. 0
 	// retries at once, as stock does.
 	RegistryMaxRetryWait Duration `toml:"registry_max_retry_wait"`
+	// DiskReservePercent of each filesystem pulls write to (the content
+	// store's, the snapshotter's) is kept free: a pull that would eat
+	// into it waits for room, within pull_queue_timeout (transfer/space).
+	DiskReservePercent int `toml:"disk_reserve_percent"`
 }
 
 // Values of AlwaysPullPolicy.
@@ -78,6 +82,10 @@ func DefaultConfig() *Config {
 		// limit that asks for minutes or hours fails the pull instead,
 		// and kubelet's back-off takes over.
 		RegistryMaxRetryWait: Duration(30 * time.Second),
+		// Below kubelet's defaults (image GC from 85% used, eviction at
+		// 10-15% free), so pulls that kubelet expects to fit still do,
+		// while the node keeps room for logs and containers' writes.
+		DiskReservePercent: 5,
 	}
 }
 
@@ -107,6 +115,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("registry_cooldown must not be negative, got %s", c.RegistryCooldown)
 	case c.RegistryMaxRetryWait < 0:
 		return fmt.Errorf("registry_max_retry_wait must not be negative, got %s", c.RegistryMaxRetryWait)
+	case c.DiskReservePercent < 0 || c.DiskReservePercent > 50:
+		return fmt.Errorf("disk_reserve_percent must be 0-50, got %d", c.DiskReservePercent)
 	case c.RegistryCooldown > 0 && c.RegistryMaxCooldown < c.RegistryCooldown:
 		return fmt.Errorf("registry_max_cooldown (%s) must be at least registry_cooldown (%s)", c.RegistryMaxCooldown, c.RegistryCooldown)
 	}

@@ -56,6 +56,8 @@ func TestConfigDecodeAndValidate(t *testing.T) {
 		{name: "negative read timeout", toml: `registry_read_timeout = "-1s"`, wantErr: "registry_read_timeout"},
 		{name: "negative cooldown", toml: `registry_cooldown = "-1s"`, wantErr: "registry_cooldown"},
 		{name: "negative retry wait", toml: "registry_max_retry_wait = \"-1s\"", wantErr: "registry_max_retry_wait"},
+		{name: "negative disk reserve", toml: "disk_reserve_percent = -1", wantErr: "disk_reserve_percent"},
+		{name: "disk reserve of most of the disk", toml: "disk_reserve_percent = 90", wantErr: "disk_reserve_percent"},
 		{name: "max below start", toml: "registry_cooldown = \"1m\"\nregistry_max_cooldown = \"30s\"", wantErr: "registry_max_cooldown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -59,6 +59,13 @@ func init() {
 			if cri.registryConfigPath != "" {
 				tc.HostDirs = append(tc.HostDirs, cri.registryConfigPath)
 			}
+			m, err := ic.GetSingle(plugins.MetadataPlugin)
+			if err != nil {
+				return nil, err
+			}
+			if tc.Space, err = newLedger(ic, c, m.(*metadata.DB), tc.Ratio); err != nil {
+				return nil, err
+			}
 			tc.Health = health.New(c.Health())
 			if err := prometheus.Register(tc.Health); err != nil {
 				return nil, fmt.Errorf("register registry health metrics: %w", err)
@@ -77,10 +84,6 @@ func init() {
 				"pull_queue_timeout":       c.PullQueueTimeout,
 				"queue_bypass":             pinned,
 			}).Info("pull gate configured")
-			m, err := ic.GetSingle(plugins.MetadataPlugin)
-			if err != nil {
-				return nil, err
-			}
 			store := metadata.NewImageStore(m.(*metadata.DB))
 			sources := pullsource.New(store)
 			srv, err := progress.Listen(ts.Hub(), progress.Options{

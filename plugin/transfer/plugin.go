@@ -35,6 +35,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/implied"
 	"github.com/pullwise/pullwise/transfer/lane"
 	"github.com/pullwise/pullwise/transfer/lazy"
+	"github.com/pullwise/pullwise/transfer/space"
 
 	// Type registrations for transfer sources and destinations; without
 	// them ctr's pull, import and export requests cannot be decoded.
@@ -93,6 +94,7 @@ func init() {
 			// The unpacker's locks on chain IDs, shared by every pull.
 			chains := transfer.NewKeyedLock()
 			dirs := implied.NewDirs()
+			ratio := &space.Ratio{}
 			for i := range ups {
 				a := ups[i].Applier
 				if parallel {
@@ -102,7 +104,7 @@ func init() {
 				// CRI's apply options (image_pull_with_sync_fs, decryption)
 				// reach its pulls' layers through the context
 				// (transfer/applyopts).
-				ups[i].Applier = lane.Applier{Applier: applyopts.Applier{Applier: a}, Lane: unpacks, Waited: chains.Waited}
+				ups[i].Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: ratio}}, Lane: unpacks, Waited: chains.Waited}
 				ups[i].Snapshotter = lazy.Snapshotter{Snapshotter: ups[i].Snapshotter}
 			}
 			next := local.NewTransferService(db.ContentStore(), metadata.NewImageStore(db), local.TransferConfig{
@@ -124,7 +126,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(ups)}
+			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(ups), Ratio: ratio}
 			if c.LinkPriority {
 				tc.Link = lane.NewLink(dueSlack)
 			}

@@ -28,24 +28,24 @@ const maxPrefetched = 1 << 20
 // serves each once) instead of asking the registry again. Should the pull
 // choose another manifest, containerd fetches that one from the registry,
 // and the size was only a guess. It returns the reference's descriptor
-// and the bytes of the image's layers that present says are not on the
-// node, less those of leading layers whose snapshots exist, as unpacked
-// counts them (see OnUnpacked; nil counts none).
-func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platform platforms.MatchComparer, present func(digest.Digest) bool, unpacked Unpacked) (ocispec.Descriptor, int64, error) {
+// and the image's layers that present says are not on the node, less
+// leading layers whose snapshots exist, as unpacked counts them (see
+// OnUnpacked; nil counts none): what the pull will fetch.
+func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platform platforms.MatchComparer, present func(digest.Digest) bool, unpacked Unpacked) (ocispec.Descriptor, []ocispec.Descriptor, error) {
 	if desc.Digest == "" {
 		var err error
 		if _, desc, err = f.Resolve(ctx); err != nil {
-			return desc, 0, fmt.Errorf("resolve %s: %w", f.ref, err)
+			return desc, nil, fmt.Errorf("resolve %s: %w", f.ref, err)
 		}
 	}
 	fetcher, err := f.resolver.Fetcher(ctx, f.ref)
 	if err != nil {
-		return desc, 0, fmt.Errorf("fetcher for %s: %w", f.ref, err)
+		return desc, nil, fmt.Errorf("fetcher for %s: %w", f.ref, err)
 	}
 	p := &manifestProvider{fetcher: fetcher, got: map[digest.Digest][]byte{}}
 	m, err := images.Manifest(ctx, p, desc, platform)
 	if err != nil {
-		return desc, 0, fmt.Errorf("image manifest of %s: %w", f.ref, err)
+		return desc, nil, fmt.Errorf("image manifest of %s: %w", f.ref, err)
 	}
 	f.mu.Lock()
 	f.prefetched = p.got
@@ -55,7 +55,22 @@ func (f *Fetcher) Prefetch(ctx context.Context, desc ocispec.Descriptor, platfor
 		n, _ := unpacked(m.Config.Digest, m.Layers)
 		skip = min(n, len(m.Layers))
 	}
-	return desc, missingBytes(m.Layers[skip:], present), nil
+	var missing []ocispec.Descriptor
+	for _, l := range m.Layers[skip:] {
+		if !present(l.Digest) {
+			missing = append(missing, l)
+		}
+	}
+	return desc, missing, nil
+}
+
+// Bytes adds up the sizes of blobs.
+func Bytes(blobs []ocispec.Descriptor) int64 {
+	var n int64
+	for _, b := range blobs {
+		n += b.Size
+	}
+	return n
 }
 
 // manifestProvider lets containerd's images.Manifest walk from a

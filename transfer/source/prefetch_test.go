@@ -199,7 +199,8 @@ func TestPrefetch(t *testing.T) {
 				}
 				return false
 			}
-			desc, size, err := f.Prefetch(ctx, ocispec.Descriptor{}, platforms.Only(amd64), isPresent, nil)
+			desc, missing, err := f.Prefetch(ctx, ocispec.Descriptor{}, platforms.Only(amd64), isPresent, nil)
+			size := Bytes(missing)
 			if tc.size < 0 {
 				if err == nil {
 					t.Fatal("prefetch succeeded")
