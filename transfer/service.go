@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/core/transfer"
+	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/distribution/reference"
@@ -217,6 +218,10 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		pf.wait(ctx, false)
 		if pf.err == nil {
 			need = space.Need{Layers: pf.layers, Snapshotter: dst.(transfer.ImageUnpacker).UnpackPlatforms()[0].Snapshotter}
+			if need.Snapshotter == "" {
+				// As containerd's transfer service picks it.
+				need.Snapshotter = defaults.DefaultSnapshotter
+			}
 			freed, err := cfg.Space.Admit(ctx, need, func() { s.pulls.waitForSpace(p, true) })
 			s.pulls.waitForSpace(p, false)
 			if err != nil {

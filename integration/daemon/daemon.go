@@ -57,6 +57,9 @@ type Options struct {
 	// the install docs of remote snapshotters (stargz, SOCI, nydus) do:
 	// containerd then has only its default unpack platform.
 	NoUnpackConfig bool
+	// Root, when set, is containerd's root directory (on a small
+	// filesystem, say) instead of one under Dir.
+	Root string
 }
 
 // Daemon is a running containerd.
@@ -146,6 +149,9 @@ func Start(t testing.TB, opts Options) *Daemon {
 		DebugSocket: filepath.Join(dir, "debug.sock"),
 		logPath:     filepath.Join(dir, "containerd.log"),
 		exited:      make(chan struct{}),
+	}
+	if opts.Root != "" {
+		d.Root = opts.Root
 	}
 	if d.Snapshotter == "" {
 		d.Snapshotter = snapshotter(t, dir)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/core/metadata"
-	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/plugins"
 	"github.com/containerd/log"
 	"github.com/containerd/plugin"
@@ -34,9 +33,6 @@ func newLedger(ic *plugin.InitContext, c *Config, db *metadata.DB, ratio *space.
 		if dir := p.Meta.Exports[plugins.SnapshotterRootDir]; dir != "" && space.Within(dir, root) {
 			snapshotters[name] = dir
 		}
-	}
-	if dir, ok := snapshotters[defaults.DefaultSnapshotter]; ok {
-		snapshotters[""] = dir
 	}
 	free := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "pullwise",

@@ -48,9 +48,8 @@ type Need struct {
 type Config struct {
 	// Content is the content store's root directory.
 	Content string
-	// Snapshotters are the snapshotters' root directories, by name ("" for
-	// the default one). Pulls into a snapshotter missing here (a remote
-	// one, say) are not checked.
+	// Snapshotters are the snapshotters' root directories, by name. Pulls
+	// into a snapshotter missing here (a remote one, say) are not checked.
 	Snapshotters map[string]string
 	// ReservePercent of each filesystem's size is left free for the node.
 	ReservePercent int
@@ -67,7 +66,8 @@ type Config struct {
 	// DefaultPoll.
 	Poll time.Duration
 	// Observe, when set, learns the free space of each filesystem at
-	// every check, by name.
+	// every check: "content" for the content store's, a snapshotter's
+	// name for its own.
 	Observe func(filesystem string, free uint64)
 }
 
@@ -179,13 +179,14 @@ type filesystem struct {
 // check returns the first filesystem n does not fit on now, or nil.
 func (l *Ledger) check(n Need) (*FullError, error) {
 	fss := map[uint64]*filesystem{}
-	on := func(name, path string) (*filesystem, error) {
+	// name says what is on a filesystem, in messages; label, in metrics.
+	on := func(name, label, path string) (*filesystem, error) {
 		u, err := l.c.Stat(path)
 		if err != nil {
 			return nil, fmt.Errorf("statfs %s (%s): %w", path, name, err)
 		}
 		if l.c.Observe != nil {
-			l.c.Observe(name, u.Free)
+			l.c.Observe(label, u.Free)
 		}
 		fs := fss[u.Dev]
 		if fs == nil {
@@ -205,7 +206,7 @@ func (l *Ledger) check(n Need) (*FullError, error) {
 
 	// The content store: each blob not yet committed, once, whichever
 	// pulls fetch it.
-	content, err := on("content store", l.c.Content)
+	content, err := on("content store", "content", l.c.Content)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +241,7 @@ func (l *Ledger) check(n Need) (*FullError, error) {
 		if !ok {
 			continue
 		}
-		fs, err := on("snapshotter "+sn, root)
+		fs, err := on("snapshotter "+sn, sn, root)
 		if err != nil {
 			return nil, err
 		}
@@ -249,7 +250,7 @@ func (l *Ledger) check(n Need) (*FullError, error) {
 		}
 	}
 	if root, ok := l.c.Snapshotters[n.Snapshotter]; ok {
-		fs, err := on("snapshotter "+n.Snapshotter, root)
+		fs, err := on("snapshotter "+n.Snapshotter, n.Snapshotter, root)
 		if err != nil {
 			return nil, err
 		}
