@@ -102,6 +102,14 @@ func testDiskPressure(t *testing.T, bps int64) {
 		t.Errorf("pullwise_disk_free_bytes of the content store = %v", got)
 	}
 	assertNoIngest(t, root)
+	var refused []string
+	for _, i := range failed {
+		refused = append(refused, imgs[i].Ref)
+	}
+	e.requireNothingStale(refused...)
+	if out, err := e.ctr("k8s.io", "snapshots", "ls"); err != nil || strings.Contains(out, "Active") {
+		t.Fatalf("snapshots left being written (%v):\n%s", err, out)
+	}
 
 	// A pull that does not fit waits for space; removing an image makes
 	// room, and it finishes.
