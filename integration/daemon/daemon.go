@@ -323,16 +323,10 @@ func (d *Daemon) PID() int { return d.cmd.Process.Pid }
 func (d *Daemon) Endpoint() string { return "unix://" + d.Socket }
 
 // Log returns everything the daemon logged so far.
-func (d *Daemon) Log() string {
-	b, _ := os.ReadFile(d.logPath)
-	return string(b)
-}
+func (d *Daemon) Log() string { return LogFile(d.logPath).Text() }
 
 // LogTail returns the last n lines of the daemon's log.
-func (d *Daemon) LogTail(n int) string {
-	lines := strings.Split(strings.TrimRight(d.Log(), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
+func (d *Daemon) LogTail(n int) string { return LogFile(d.logPath).Tail(n) }
 
 func (d *Daemon) waitReady(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -368,13 +362,8 @@ func (d *Daemon) stop(t testing.TB) {
 	if t.Failed() {
 		t.Logf("containerd log (tail):\n%s", d.LogTail(80))
 	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(20 * time.Second):
-		t.Errorf("containerd ignored SIGTERM for 20s; killing it")
-		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
-		<-d.exited
+	if Terminate(d.cmd, d.exited, 20*time.Second) {
+		t.Errorf("containerd ignored SIGTERM for 20s; killed it")
 	}
 }
 

@@ -289,26 +289,14 @@ func (k *Kubelet) stop(t testing.TB) {
 			t.Logf("keep kubelet log: %v", err)
 		}
 	}
-	_ = k.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-k.exited:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
-		<-k.exited
-	}
+	daemon.Terminate(k.cmd, k.exited, 10*time.Second)
 }
 
 // Log returns what kubelet logged so far.
-func (k *Kubelet) Log() string {
-	b, _ := os.ReadFile(k.logPath)
-	return string(b)
-}
+func (k *Kubelet) Log() string { return daemon.LogFile(k.logPath).Text() }
 
 // LogTail returns the last n lines of kubelet's log.
-func (k *Kubelet) LogTail(n int) string {
-	lines := strings.Split(strings.TrimRight(k.Log(), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
+func (k *Kubelet) LogTail(n int) string { return daemon.LogFile(k.logPath).Tail(n) }
 
 // LogLines returns the lines of kubelet's log that contain all of words.
 func (k *Kubelet) LogLines(words ...string) []string {

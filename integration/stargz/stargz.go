@@ -156,13 +156,8 @@ func (s *Snapshotter) stop(t testing.TB) {
 	if t.Failed() {
 		t.Logf("containerd-stargz-grpc log (tail):\n%s", s.LogTail(60))
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(stopTimeout):
-		t.Errorf("containerd-stargz-grpc ignored SIGTERM for %v; killing it", stopTimeout)
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.exited
+	if daemon.Terminate(s.cmd, s.exited, stopTimeout) {
+		t.Errorf("containerd-stargz-grpc ignored SIGTERM for %v; killed it", stopTimeout)
 	}
 	// Close unmounts every layer; what a killed snapshotter leaves is
 	// unmounted by the next cleanup, said here so it does not go unseen.
@@ -172,16 +167,10 @@ func (s *Snapshotter) stop(t testing.TB) {
 }
 
 // Log returns everything the snapshotter logged so far.
-func (s *Snapshotter) Log() string {
-	b, _ := os.ReadFile(s.logPath)
-	return string(b)
-}
+func (s *Snapshotter) Log() string { return daemon.LogFile(s.logPath).Text() }
 
 // LogTail returns the last n lines of the snapshotter's log.
-func (s *Snapshotter) LogTail(n int) string {
-	lines := strings.Split(strings.TrimRight(s.Log(), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
+func (s *Snapshotter) LogTail(n int) string { return daemon.LogFile(s.logPath).Tail(n) }
 
 // Snapshots lists the snapshots as the snapshotter itself keeps them,
 // asked on its own socket: containerd's view of them (its metadata store)
