@@ -9,16 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/pullwise/pullwise/transfer/source"
-)
-
-// Labels Pullwise keeps on image records.
-const (
-	// LabelPullSource is the reference as the registry that served the
-	// pull knows it (KEP-4589).
-	LabelPullSource = "io.pullwise.pull-source"
-	// LabelBlobSources is, per host, how many blobs and bytes it served,
-	// as JSON; it shows when a mirror lacked some layers.
-	LabelBlobSources = "io.pullwise.pull-source.blobs"
+	"github.com/pullwise/pullwise/transfer/sourcelabel"
 )
 
 // sourceLabels returns the labels a pull leaves: what the recorder saw,
@@ -26,14 +17,14 @@ const (
 // already present asks no host), what the image carried before.
 func sourceLabels(res source.Result, prev map[string]string) map[string]string {
 	out := map[string]string{
-		LabelPullSource:  prev[LabelPullSource],
-		LabelBlobSources: prev[LabelBlobSources],
+		sourcelabel.PullSource:  prev[sourcelabel.PullSource],
+		sourcelabel.BlobSources: prev[sourcelabel.BlobSources],
 	}
 	if res.Source != "" {
-		out[LabelPullSource] = res.Source
+		out[sourcelabel.PullSource] = res.Source
 	}
 	if b := res.BlobsLabel(); b != "" {
-		out[LabelBlobSources] = b
+		out[sourcelabel.BlobSources] = b
 	}
 	return out
 }
@@ -51,7 +42,7 @@ func (s *Service) previousLabels(ctx context.Context, dst transfer.ImageStorer, 
 		candidates = append(candidates, more...)
 	}
 	for _, img := range candidates {
-		if img.Labels[LabelPullSource] != "" && (target == "" || img.Target.Digest == target) {
+		if img.Labels[sourcelabel.PullSource] != "" && (target == "" || img.Target.Digest == target) {
 			return img.Labels
 		}
 	}
@@ -72,33 +63,9 @@ func (s *Service) labelStored(ctx context.Context, dst transfer.ImageStorer, lab
 		return fmt.Errorf("look up stored images: %w", err)
 	}
 	for _, rec := range recs {
-		if err := SetLabels(ctx, s.local.Images, rec, labels); err != nil {
+		if err := sourcelabel.Set(ctx, s.local.Images, rec, labels); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// SetLabels writes the labels of want that rec lacks or has otherwise; an
-// empty value removes the label.
-func SetLabels(ctx context.Context, store images.Store, rec images.Image, want map[string]string) error {
-	var paths []string
-	for k, v := range want {
-		if rec.Labels[k] != v {
-			paths = append(paths, "labels."+k)
-		}
-	}
-	if len(paths) == 0 {
-		return nil
-	}
-	update := images.Image{Name: rec.Name, Labels: map[string]string{}}
-	for k, v := range want {
-		if v != "" {
-			update.Labels[k] = v
-		}
-	}
-	if _, err := store.Update(ctx, update, paths...); err != nil {
-		return fmt.Errorf("label %s: %w", rec.Name, err)
 	}
 	return nil
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/hub"
 	"github.com/pullwise/pullwise/transfer/lane"
 	"github.com/pullwise/pullwise/transfer/lazy"
+	"github.com/pullwise/pullwise/transfer/pullctx"
 	"github.com/pullwise/pullwise/transfer/source"
 	"github.com/pullwise/pullwise/transfer/space"
 )
@@ -148,7 +149,7 @@ func (s *Service) pull(ctx context.Context, src transfer.ImageFetcher, dst trans
 	if !ok {
 		key = "unshared/" + strconv.FormatUint(s.unique.Add(1), 10)
 	}
-	podUID := PodFrom(ctx).GetUid()
+	podUID := pullctx.PodFrom(ctx).GetUid()
 	s.hub.Join(key, imageref.Normalize(imageOf(src)), podUID)
 	defer s.hub.Leave(key, podUID)
 	shared, err := s.group.Do(ctx, key, cfg.Progress, func(ctx context.Context, progress func(transfer.Progress)) error {
@@ -164,7 +165,7 @@ func (s *Service) pull(ctx context.Context, src transfer.ImageFetcher, dst trans
 // outcome, since it may outlive the caller that started it.
 func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher, dst transfer.ImageStorer, progress func(transfer.Progress)) (err error) {
 	ref := imageOf(src)
-	p := s.pulls.add(key, ref, PodFrom(ctx))
+	p := s.pulls.add(key, ref, pullctx.PodFrom(ctx))
 	defer s.pulls.remove(p)
 	outcome := OutcomePulled
 	defer func() {

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/pullctx"
 )
 
 // PullImageMethod is CRI's PullImage.
@@ -22,7 +22,7 @@ type Interceptor struct{}
 func (Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if r, ok := req.(*runtime.PullImageRequest); ok && info.FullMethod == PullImageMethod {
-			ctx = transfer.WithPod(ctx, r.GetSandboxConfig().GetMetadata())
+			ctx = pullctx.WithPod(ctx, r.GetSandboxConfig().GetMetadata())
 		}
 		return handler(ctx, req)
 	}

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/pullctx"
 )
 
 func TestPodReachesHandler(t *testing.T) {
@@ -25,7 +25,7 @@ func TestPodReachesHandler(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got *runtime.PodSandboxMetadata
 			_, err := Interceptor{}.UnaryServerInterceptor()(context.Background(), tc.req, &grpc.UnaryServerInfo{FullMethod: tc.method},
-				func(ctx context.Context, _ any) (any, error) { got = transfer.PodFrom(ctx); return nil, nil })
+				func(ctx context.Context, _ any) (any, error) { got = pullctx.PodFrom(ctx); return nil, nil })
 			if err != nil {
 				t.Fatal(err)
 			}

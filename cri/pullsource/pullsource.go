@@ -18,7 +18,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullwise/pullwise/cri/criconfig"
-	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/sourcelabel"
 )
 
 const (
@@ -57,8 +57,8 @@ func (s *Sources) Of(ctx context.Context, img *runtime.Image) (pullSource, blobs
 		if err != nil {
 			continue
 		}
-		if v := rec.Labels[transfer.LabelPullSource]; v != "" {
-			return v, rec.Labels[transfer.LabelBlobSources]
+		if v := rec.Labels[sourcelabel.PullSource]; v != "" {
+			return v, rec.Labels[sourcelabel.BlobSources]
 		}
 	}
 	return "", ""
@@ -135,8 +135,8 @@ func (s *Sources) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 func (s *Sources) LabelNames(ctx context.Context, ref, imageID string) {
 	s.labelImage(ctx, ref, imageID, func(pulled images.Image) map[string]string {
 		return map[string]string{
-			transfer.LabelPullSource:  pulled.Labels[transfer.LabelPullSource],
-			transfer.LabelBlobSources: pulled.Labels[transfer.LabelBlobSources],
+			sourcelabel.PullSource:  pulled.Labels[sourcelabel.PullSource],
+			sourcelabel.BlobSources: pulled.Labels[sourcelabel.BlobSources],
 		}
 	})
 }
@@ -149,7 +149,7 @@ func (s *Sources) Record(ctx context.Context, ref, imageID, pullSource string) {
 		return
 	}
 	s.labelImage(ctx, ref, imageID, func(images.Image) map[string]string {
-		return map[string]string{transfer.LabelPullSource: pullSource}
+		return map[string]string{sourcelabel.PullSource: pullSource}
 	})
 }
 
@@ -177,7 +177,7 @@ func (s *Sources) labelImage(ctx context.Context, ref, imageID string, want func
 		if err != nil {
 			continue
 		}
-		if err := transfer.SetLabels(ctx, s.images, rec, labels); err != nil {
+		if err := sourcelabel.Set(ctx, s.images, rec, labels); err != nil {
 			log.G(ctx).WithError(err).WithField("image", n).Warn("pull source not recorded")
 		}
 	}
@@ -191,11 +191,11 @@ func (s *Sources) stampContainer(ctx context.Context, r *runtime.CreateContainer
 		return
 	}
 	labels, err := s.ofName(ctx, cfg.GetImage().GetImage())
-	if err != nil || labels[transfer.LabelPullSource] == "" {
+	if err != nil || labels[sourcelabel.PullSource] == "" {
 		return
 	}
 	if cfg.Labels == nil {
 		cfg.Labels = map[string]string{}
 	}
-	cfg.Labels[ContainerLabel] = labels[transfer.LabelPullSource]
+	cfg.Labels[ContainerLabel] = labels[sourcelabel.PullSource]
 }

@@ -11,7 +11,7 @@ import (
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
 	"github.com/pullwise/pullwise/cri/policy"
 	"github.com/pullwise/pullwise/cri/validate"
-	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/pullctx"
 )
 
 var policies = map[api.PullPolicy]policy.Policy{
@@ -40,7 +40,7 @@ func (s *Service) PullImage(ctx context.Context, req *api.PullImageRequest) (*ap
 	d := s.rt.Decider.With(func(ctx context.Context, r *runtime.PullImageRequest) (string, error) {
 		// CRI is called in process, past the interceptors a CRI client's
 		// pull goes through: do what they would.
-		ctx = transfer.WithPod(criContext(ctx), r.GetSandboxConfig().GetMetadata())
+		ctx = pullctx.WithPod(criContext(ctx), r.GetSandboxConfig().GetMetadata())
 		pull := c.PullImage
 		if s.rt.CRIPull != nil {
 			if p := s.rt.CRIPull(); p != nil {

@@ -1,4 +1,7 @@
-package transfer
+// Package pullctx holds what a pull's context carries from the API edge
+// down to the transfer service: the pod it is for. It is a leaf, so the
+// CRI interceptors that set it need nothing of the transfer engine.
+package pullctx
 
 import (
 	"context"
