@@ -214,25 +214,14 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	}
 	var need space.Need
 	if admit && pf != nil {
-		// Space comes before the slot: a pull that does not fit waits
-		// without holding one, and its prefetch tells what it will write.
-		pf.wait(ctx, false)
-		if pf.err == nil {
-			need = space.Need{Layers: pf.layers, Snapshotter: dst.(transfer.ImageUnpacker).UnpackPlatforms()[0].Snapshotter}
-			if need.Snapshotter == "" {
-				// As containerd's transfer service picks it.
-				need.Snapshotter = defaults.DefaultSnapshotter
+		var freed func()
+		if need, freed, err = s.admit(ctx, p, pf, dst, cfg.Space); err != nil {
+			if errors.Is(err, errdefs.ErrResourceExhausted) {
+				outcome = OutcomeDiskFull
 			}
-			freed, err := cfg.Space.Admit(ctx, need, func() { s.pulls.waitForSpace(p, true) })
-			s.pulls.waitForSpace(p, false)
-			if err != nil {
-				if errors.Is(err, errdefs.ErrResourceExhausted) {
-					outcome = OutcomeDiskFull
-				}
-				return fmt.Errorf("pull %s: %w", ref, err)
-			}
-			defer freed()
+			return fmt.Errorf("pull %s: %w", ref, err)
 		}
+		defer freed()
 	}
 	release, waited, err := cfg.Gate.Acquire(lane.WithTicket(ctx, ticket), bypass)
 	s.metrics.waitTime.Observe(waited.Seconds())
@@ -283,17 +272,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 			rec.OnSize(ticket.Size)
 		}
 	}
-	// Layers a remote snapshotter mounts get no event from containerd,
-	// nor any fetch: say so, and count them as in (transfer/lazy).
-	tctx := lazy.WithObserver(lane.WithTicket(ctx, ticket), func(layer digest.Digest) {
-		var size int64
-		if rec != nil {
-			size = rec.MountedLazily(layer)
-		}
-		p.lazyLayers.Add(1)
-		s.metrics.lazyLayers.Inc()
-		tap(transfer.Progress{Event: hub.EventLazy, Name: "layer-" + layer.String(), Progress: size, Total: size})
-	})
+	tctx := lazy.WithObserver(lane.WithTicket(ctx, ticket), s.lazyLayer(p, rec, tap))
 	if err := s.next.Transfer(tctx, src, dst, transfer.WithProgress(tap)); err != nil {
 		if cfg.Space != nil {
 			if full := cfg.Space.Explain(err, need); full != nil {
@@ -305,6 +284,42 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	}
 	s.recordSource(ctx, dst, rec, prev)
 	return nil
+}
+
+// admit waits until the disk has room for what the pull pf prefetched for
+// will write into dst (transfer/space): before the slot, so a pull that
+// does not fit waits without holding one. The pull must call freed once
+// it is over. A pull whose prefetch failed is admitted as it is: nothing
+// is known of its size.
+func (s *Service) admit(ctx context.Context, p *pull, pf *prefetch, dst transfer.ImageStorer, ledger *space.Ledger) (space.Need, func(), error) {
+	pf.wait(ctx, false)
+	if pf.err != nil {
+		return space.Need{}, func() {}, nil
+	}
+	need := space.Need{Layers: pf.layers, Snapshotter: dst.(transfer.ImageUnpacker).UnpackPlatforms()[0].Snapshotter}
+	if need.Snapshotter == "" {
+		// As containerd's transfer service picks it.
+		need.Snapshotter = defaults.DefaultSnapshotter
+	}
+	freed, err := ledger.Admit(ctx, need, func() { s.pulls.waitForSpace(p, true) })
+	s.pulls.waitForSpace(p, false)
+	return need, freed, err
+}
+
+// lazyLayer is the pull p's observer of layers a remote snapshotter
+// mounts (transfer/lazy). containerd sends no event for them and fetches
+// nothing: they are shown done and lazy, counted, and no longer awaited
+// by the slot's hand back.
+func (s *Service) lazyLayer(p *pull, rec *source.Fetcher, tap func(transfer.Progress)) lazy.Observer {
+	return func(layer digest.Digest) {
+		var size int64
+		if rec != nil {
+			size = rec.MountedLazily(layer)
+		}
+		p.lazyLayers.Add(1)
+		s.metrics.lazyLayers.Inc()
+		tap(transfer.Progress{Event: hub.EventLazy, Name: "layer-" + layer.String(), Progress: size, Total: size})
+	}
 }
 
 // onePlatform reports whether dst unpacks one platform: only then is a
