@@ -3,10 +3,14 @@ package lane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pullwise/pullwise/internal/await"
 )
 
 // TestOldestPullFirst: with the lane full, waiters are served by ticket,
@@ -35,9 +39,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 		_, err := l.Acquire(ctx)
 		errs <- err
 	}()
-	for l.Waiting() != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the second acquire to wait", func() bool { return l.Waiting() == 1 })
 	cancel()
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled waiter got %v", err)
@@ -54,12 +56,37 @@ func TestCancelWhileWaiting(t *testing.T) {
 	release()
 }
 
+// TestUnlimited: a lane without a limit gives every caller a place at
+// once. A caller that waits fails the test, within seconds, rather than
+// hanging it: the acquires run in a goroutine the test does not wait on
+// forever, under a context that ends the wait of one put in line.
 func TestUnlimited(t *testing.T) {
+	const places = 100
 	l := New(0)
-	for range 100 {
-		if _, err := l.Acquire(context.Background()); err != nil {
-			t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var held atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		for range places {
+			if _, err := l.Acquire(ctx); err != nil {
+				done <- err
+				return
+			}
+			held.Add(1)
 		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("place %d of an unlimited lane not given at once: %v", held.Load()+1, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("an unlimited lane gave %d places of %d, and the next acquire has waited 10s", held.Load(), places)
+	}
+	if n := l.Waiting(); n != 0 {
+		t.Fatalf("%d waiting in an unlimited lane", n)
 	}
 }
 
@@ -165,9 +192,7 @@ func served(t *testing.T, tickets []*Ticket) []int {
 			mu.Unlock()
 			release()
 		})
-		for l.Waiting() != i+1 {
-			time.Sleep(time.Millisecond)
-		}
+		await.Until(t, 10*time.Second, fmt.Sprintf("work %d to wait in line", i), func() bool { return l.Waiting() == i+1 })
 	}
 	hold()
 	wg.Wait()
@@ -228,9 +253,7 @@ func TestOvertaking(t *testing.T) {
 				}
 				releases = append(releases, r)
 			} else {
-				for tc.lane.Waiting() != 1 {
-					time.Sleep(time.Millisecond)
-				}
+				await.Until(t, 10*time.Second, "the asker to wait", func() bool { return tc.lane.Waiting() == 1 })
 			}
 			cancel()
 			<-got

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/pullwise/pullwise/internal/await"
 )
 
 // fakeClock is a Link's clock that moves only when told.
@@ -28,13 +30,13 @@ func TestLinkBehind(t *testing.T) {
 		want  bool
 		same  bool // the other body is the same pull's
 	}{
-		{"alone", big(), nil, 0, false, false},
-		{"big behind a small pull arriving", big(), small(10 * time.Millisecond), 0, true, false},
-		{"the small pull never waits for the big one", small(10 * time.Millisecond), big(), 0, false, false},
-		{"a small pull whose reader stopped holds nothing back", big(), small(0), 2 * active, false, false},
-		{"pulls within the slack share", small(0), small(500 * time.Millisecond), 0, false, false},
-		{"a small pull asked long after the big one does not overtake it", big(), small(20 * time.Second), 0, false, false},
-		{"the same pull's bodies share", big(), nil, 0, false, true},
+		{name: "alone", mine: big()},
+		{name: "big behind a small pull arriving", mine: big(), other: small(10 * time.Millisecond), want: true},
+		{name: "the small pull never waits for the big one", mine: small(10 * time.Millisecond), other: big()},
+		{name: "a small pull whose reader stopped holds nothing back", mine: big(), other: small(0), idle: 2 * active},
+		{name: "pulls within the slack share", mine: small(0), other: small(500 * time.Millisecond)},
+		{name: "a small pull asked long after the big one does not overtake it", mine: big(), other: small(20 * time.Second)},
+		{name: "the same pull's bodies share", mine: big(), same: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,9 +97,7 @@ func TestLinkBehindWaiter(t *testing.T) {
 			}
 			done <- err
 		}()
-		for places.Waiting() != 1 {
-			time.Sleep(time.Millisecond)
-		}
+		await.Until(t, 10*time.Second, "the waiter to wait for a place", func() bool { return places.Waiting() == 1 })
 		if got := big.Behind(); got != w.want {
 			t.Errorf("waiter asked %v after: Behind() = %v, want %v", w.asked.Sub(base), got, w.want)
 		}

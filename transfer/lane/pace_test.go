@@ -9,6 +9,8 @@ import (
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/mount"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/pullwise/pullwise/internal/await"
 )
 
 // writer is a layer applier whose layer waits on its pacer, as the gzip
@@ -51,11 +53,11 @@ func TestPacer(t *testing.T) {
 		noPacer bool
 		waited  bool // others wait for the layer's pull (Applier.Waited)
 	}{
-		{"large layer gives way to a small pull's", Overtaking(2, time.Second), small, big, true, false, false},
-		{"small layer does not give way to a large pull's", Overtaking(2, time.Second), big, small, false, false, false},
-		{"within the slack", Overtaking(2, time.Second), due(40 << 20), due(120 << 20), false, false, false},
-		{"a plain lane never paces", New(2), small, big, false, true, false},
-		{"not while others wait for the pull", Overtaking(2, time.Second), small, big, false, false, true},
+		{name: "large layer gives way to a small pull's", lane: Overtaking(2, time.Second), holder: small, layer: big, paused: true},
+		{name: "small layer does not give way to a large pull's", lane: Overtaking(2, time.Second), holder: big, layer: small},
+		{name: "within the slack", lane: Overtaking(2, time.Second), holder: due(40 << 20), layer: due(120 << 20)},
+		{name: "a plain lane never paces", lane: New(2), holder: small, layer: big, noPacer: true},
+		{name: "not while others wait for the pull", lane: Overtaking(2, time.Second), holder: small, layer: big, waited: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,9 +151,7 @@ func TestOvertakingOnRelease(t *testing.T) {
 		}
 		got <- r
 	}()
-	for l.Waiting() != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the third pull to wait", func() bool { return l.Waiting() == 1 })
 	firstDone()
 	select {
 	case r := <-got:
