@@ -22,6 +22,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/health"
 	"github.com/pullwise/pullwise/transfer/lane"
 )
@@ -212,7 +213,8 @@ func TestStalledHosts(t *testing.T) {
 func TestSlowReaderIsNotAStall(t *testing.T) {
 	blob := bytes.Repeat([]byte("z"), 8<<10)
 	upstream := newBlobHost(t, blob)
-	table := testTable(health.Config{ReadTimeout: 50 * time.Millisecond})
+	const readTimeout = 50 * time.Millisecond
+	table := testTable(health.Config{ReadTimeout: readTimeout})
 	rec := &Recorder{}
 	c := rec.wrap(&http.Client{}, Hosts{Health: table}, endpoint{key: health.Key{Scheme: "http", Host: upstream.host(), Path: "/v2"}, role: roleUpstream})
 	resp, err := c.Get(upstream.URL + "/v2/team/app/blobs/sha256:z")
@@ -231,10 +233,14 @@ func TestSlowReaderIsNotAStall(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read after %d bytes: %v", len(got), err)
 		}
-		time.Sleep(100 * time.Millisecond) // the consumer is slow, on purpose
 		if len(got) >= 3<<10 {
 			break
 		}
+		// The consumer is slow, on purpose: real time, twice the read
+		// timeout, passes between two reads. The read timeout is a
+		// time.AfterFunc in the transport, which takes no clock, so only
+		// real time can show that it does not run between reads.
+		time.Sleep(2 * readTimeout)
 	}
 	if !table.Hosts()[0].Up {
 		t.Fatal("a slow reader marked the host down")
@@ -356,9 +362,7 @@ func TestDownloadPlaceHeldUntilBodyCloses(t *testing.T) {
 		}
 		second <- err
 	}()
-	for downloads.Waiting() != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the second download to wait for a place", func() bool { return downloads.Waiting() == 1 })
 	select {
 	case err := <-second:
 		t.Fatalf("second download ran while the first held the only place: %v", err)
@@ -420,9 +424,7 @@ func TestLargePullGivesWayToSmallOne(t *testing.T) {
 		}
 		smallDone <- err
 	}()
-	for downloads.Waiting() != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the small pull to wait for a place", func() bool { return downloads.Waiting() == 1 })
 	largeDone := make(chan []byte, 1)
 	go func() {
 		got, err := io.ReadAll(large.Body)
@@ -480,16 +482,12 @@ func TestRedirectedBlobDownload(t *testing.T) {
 		}
 		second <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for downloads.Waiting() != 1 {
+	await.Until(t, 10*time.Second, "the second download to wait for a place", func() bool {
 		if cdn.requests.Load() > 1 {
 			t.Fatal("a second blob download reached the CDN while the first held the only place")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second download never waited for a place")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return downloads.Waiting() == 1
+	})
 	if _, err := io.Copy(io.Discard, first.Body); err != nil {
 		t.Fatal(err)
 	}
@@ -528,6 +526,9 @@ func TestDownloadPlaceGivenBackForTheLastRoundTrip(t *testing.T) {
 	second := make(chan struct{})
 	var firstDone atomic.Bool
 	h := newBlobHost(t, blob)
+	// The server plays a link with a round trip and a rate in real time:
+	// the transport times the answer and the body's bytes with the real
+	// clock and takes no other, so the sleeps below are the link.
 	h.serve = func(w http.ResponseWriter, r *http.Request) bool {
 		if h.requests.Load() > 1 {
 			close(second)
@@ -575,9 +576,7 @@ func TestDownloadPlaceGivenBackForTheLastRoundTrip(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		got <- string(b)
 	}()
-	for downloads.Waiting() != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the second request to wait for a place", func() bool { return downloads.Waiting() == 1 })
 	// What came with the headers says nothing of the rate: the place is
 	// kept.
 	buf := make([]byte, size)
@@ -661,9 +660,7 @@ func TestImageConfigTakesNoDownloadPlace(t *testing.T) {
 	}
 	layerDone := make(chan []byte, 1)
 	go func() { layerDone <- get("blobs/" + digest.FromBytes(layer).String()) }()
-	for downloads.Waiting() != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the layer to wait for a place", func() bool { return downloads.Waiting() == 1 })
 	taken()
 	if got := <-layerDone; !bytes.Equal(got, layer) {
 		t.Fatalf("layer: %q", got)
