@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/lane"
 )
 
@@ -107,9 +108,7 @@ func TestKeyedLockWaited(t *testing.T) {
 	}
 	locked := make(chan error)
 	go func() { locked <- k.Lock(lane.WithTicket(context.Background(), other), "chain") }()
-	for !k.Waited(mine) {
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the second caller to wait on the key", func() bool { return k.Waited(mine) })
 	if k.Waited(other) || k.Waited(nil) {
 		t.Fatal("a waiter, or no pull, reported as waited for")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/gate"
 )
 
@@ -163,7 +164,7 @@ func TestIdenticalPullsShareOneTransfer(t *testing.T) {
 		}()
 	}
 	<-next.started
-	waitUntil(t, "all callers joined", func() bool { return s.group.Callers() == callers })
+	await.Until(t, 5*time.Second, "all callers joined", func() bool { return s.group.Callers() == callers })
 	close(next.release)
 	for range callers {
 		if err := <-errs; err != nil {
@@ -239,17 +240,6 @@ func TestGateLimitsAndTimesOut(t *testing.T) {
 	}
 	if len(s.Pulls()) != 0 {
 		t.Fatalf("pulls left: %+v", s.Pulls())
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

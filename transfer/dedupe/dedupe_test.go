@@ -3,12 +3,15 @@ package dedupe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/transfer"
+
+	"github.com/pullwise/pullwise/internal/await"
 )
 
 func TestConcurrentCallersShareOneRun(t *testing.T) {
@@ -64,26 +67,20 @@ func TestConcurrentCallersShareOneRun(t *testing.T) {
 	}
 }
 
+// waitCallers waits until the run of key has n callers.
 func waitCallers(t *testing.T, g *Group, key string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	await.Until(t, 5*time.Second, fmt.Sprintf("the run of %s to have %d callers", key, n), func() bool {
 		g.mu.Lock()
 		c := g.calls[key]
 		g.mu.Unlock()
-		if c != nil {
-			c.mu.Lock()
-			got := len(c.callers)
-			c.mu.Unlock()
-			if got == n {
-				return
-			}
+		if c == nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run never had %d callers", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.callers) == n
+	})
 }
 
 func TestRunCancelledOnlyWhenAllCallersLeave(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -13,21 +12,9 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/lane"
 )
-
-// waitFor polls a condition the test cannot be told about directly, such
-// as a goroutine having joined the queue.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		runtime.Gosched()
-	}
-}
 
 func mustAcquire(t *testing.T, g *Gate) func() {
 	t.Helper()
@@ -91,7 +78,7 @@ func TestLimitHeld(t *testing.T) {
 			release()
 		}()
 		// Queue them one by one so the expected order is known.
-		waitFor(t, "waiter to queue", func() bool { return g.Waiting() == i+1 })
+		await.Until(t, 5*time.Second, "waiter to queue", func() bool { return g.Waiting() == i+1 })
 	}
 	for _, r := range held {
 		r()
@@ -172,7 +159,7 @@ func TestTicketOrder(t *testing.T) {
 					granted <- i
 					releases <- r
 				}()
-				waitFor(t, "waiter to queue", func() bool { return g.Waiting() == i+1 })
+				await.Until(t, 5*time.Second, "waiter to queue", func() bool { return g.Waiting() == i+1 })
 			}
 			for i, w := range tc.waiters {
 				if w.size >= 0 {
@@ -230,7 +217,7 @@ func TestCancelledWaitersLeakNothing(t *testing.T) {
 			q.done <- err
 		}()
 		qs = append(qs, q)
-		waitFor(t, "waiter to queue", func() bool { return g.Waiting() == i+1 })
+		await.Until(t, 5*time.Second, "waiter to queue", func() bool { return g.Waiting() == i+1 })
 	}
 	rand.Shuffle(len(qs), func(i, j int) { qs[i], qs[j] = qs[j], qs[i] })
 	for _, q := range qs {
@@ -289,7 +276,7 @@ func TestBypassSkipsFullQueue(t *testing.T) {
 		}
 		queued <- err
 	}()
-	waitFor(t, "waiter to queue", func() bool { return g.Waiting() == 1 })
+	await.Until(t, 5*time.Second, "waiter to queue", func() bool { return g.Waiting() == 1 })
 
 	sandbox, waited, err := g.Acquire(context.Background(), true)
 	if err != nil || waited != 0 {
