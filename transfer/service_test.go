@@ -204,7 +204,9 @@ func TestDifferentCredentialsNeverShare(t *testing.T) {
 func TestGateLimitsAndTimesOut(t *testing.T) {
 	next := &fakeNext{release: make(chan struct{}), started: make(chan string, 5)}
 	s := newService(t, next)
-	s.Configure(Config{Gate: gate.New(1, 20*time.Millisecond), Bypass: []string{"example.com/pause:3.10"}})
+	// The bypass list names the sandbox image as the node's config may:
+	// in full, or by a short name.
+	s.Configure(Config{Gate: gate.New(1, 20*time.Millisecond), Bypass: []string{"example.com/pause:3.10", "pause:3.10", "docker.io/library/busybox:latest"}})
 
 	first := make(chan error, 1)
 	go func() {
@@ -223,20 +225,51 @@ func TestGateLimitsAndTimesOut(t *testing.T) {
 		t.Fatal("time-out not counted")
 	}
 
-	// The sandbox image skips the full queue (short name, normalized).
-	sandbox := make(chan error, 1)
-	go func() {
-		sandbox <- s.Transfer(context.Background(), fakeSource{ref: "example.com/pause:3.10"}, fakeDest{name: "p"})
-	}()
-	if got := <-next.started; got != "example.com/pause:3.10" {
-		t.Fatalf("started %s", got)
+	// The sandbox image skips the full queue (short name, normalized): the
+	// bypass list and the pull's name are both normalized before they are
+	// compared, so a short name matches its full form either way round
+	// (pause:3.10 listed, docker.io/library/pause:3.10 pulled; busybox
+	// pulled, docker.io/library/busybox:latest listed).
+	skips := func(ref string) chan error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			done <- s.Transfer(context.Background(), fakeSource{ref: ref}, fakeDest{name: ref})
+		}()
+		select {
+		case got := <-next.started:
+			if got != ref {
+				t.Fatalf("started %s, want %s", got, ref)
+			}
+		case err := <-done:
+			t.Fatalf("%s did not skip the full queue: %v", ref, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s neither started nor failed within 10s", ref)
+		}
+		return done
+	}
+	var sandboxes []chan error
+	for _, ref := range []string{"example.com/pause:3.10", "docker.io/library/pause:3.10", "busybox"} {
+		sandboxes = append(sandboxes, skips(ref))
+	}
+	// Normalizing does not make names alike that are not: another tag of
+	// a bypassed short name waits in the queue like any other pull.
+	for _, ref := range []string{"busybox:1.36", "docker.io/library/pause:3.9"} {
+		if err := s.Transfer(context.Background(), fakeSource{ref: ref}, fakeDest{name: ref}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+			t.Fatalf("%s got %v, want ResourceExhausted: it is not in the bypass list", ref, err)
+		}
+	}
+	if n := outcome(s, OutcomeTimedOut); n != 3 {
+		t.Fatalf("%v time-outs counted, want 3", n)
 	}
 	close(next.release)
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if err := <-sandbox; err != nil {
-		t.Fatal(err)
+	for _, done := range sandboxes {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 	if len(s.Pulls()) != 0 {
 		t.Fatalf("pulls left: %+v", s.Pulls())
