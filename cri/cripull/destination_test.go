@@ -128,10 +128,10 @@ var filterModes = []struct {
 	discard     bool
 	annotations bool
 }{
-	{"keep layers, no annotations", false, false},
-	{"keep layers, annotations", false, true},
-	{"discard layers, no annotations", true, false},
-	{"discard layers, annotations", true, true},
+	{name: "keep layers, no annotations"},
+	{name: "keep layers, annotations", annotations: true},
+	{name: "discard layers, no annotations", discard: true},
+	{name: "discard layers, annotations", discard: true, annotations: true},
 }
 
 func TestDestinationImageFilterManifest(t *testing.T) {

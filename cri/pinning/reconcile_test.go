@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/pullwise/pullwise/cri/criconfig"
+	"github.com/pullwise/pullwise/internal/await"
 )
 
 const (
@@ -260,16 +261,12 @@ func watch(t *testing.T, r *Reconciler, sub events.Subscriber) {
 // within polls until the record's labels equal want, failing after d.
 func within(t *testing.T, d time.Duration, s *testStore, ns, name string, want map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		got := s.labels(t, ns, name)
-		if maps.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s labels after %s: %v, want %v", name, d, got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var got map[string]string
+	if !await.Within(d, func() bool {
+		got = s.labels(t, ns, name)
+		return maps.Equal(got, want)
+	}) {
+		t.Fatalf("%s labels after %s: %v, want %v", name, d, got, want)
 	}
 }
 

@@ -22,15 +22,15 @@ func FuzzPullPolicyAnnotation(f *testing.F) {
 		image, imageAnn, podAnn string
 		onImage, onPod, node    bool
 	}{
-		{"busybox", "IfNewerNotPresent", "", true, false, false},
-		{"busybox", "ifnewernotpresent", "", true, false, true},
-		{"busybox", "", "IfNewerNotPresent", true, true, false},
-		{"busybox", "Always", "IfNewerNotPresent", true, true, false},
-		{"busybox", "", "IfNewerNotPresent ", false, true, false},
-		{"UPPER/case", "IfNewerNotPresent", "", true, false, false},
-		{"a@sha256:zz", "", "", false, false, true},
-		{"", "\x00", "\xff", true, true, true},
-		{"busybox", "IfNewerNotPresent\x00", "", true, false, false},
+		{image: "busybox", imageAnn: "IfNewerNotPresent", onImage: true},
+		{image: "busybox", imageAnn: "ifnewernotpresent", onImage: true, node: true},
+		{image: "busybox", podAnn: "IfNewerNotPresent", onImage: true, onPod: true},
+		{image: "busybox", imageAnn: "Always", podAnn: "IfNewerNotPresent", onImage: true, onPod: true},
+		{image: "busybox", podAnn: "IfNewerNotPresent ", onPod: true},
+		{image: "UPPER/case", imageAnn: "IfNewerNotPresent", onImage: true},
+		{image: "a@sha256:zz", node: true},
+		{image: "", imageAnn: "\x00", podAnn: "\xff", onImage: true, onPod: true, node: true},
+		{image: "busybox", imageAnn: "IfNewerNotPresent\x00", onImage: true},
 	} {
 		f.Add(s.image, s.imageAnn, s.podAnn, s.onImage, s.onPod, s.node)
 	}
