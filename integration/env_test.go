@@ -21,6 +21,7 @@ import (
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
 	"github.com/pullwise/pullwise/integration/daemon"
 	"github.com/pullwise/pullwise/integration/registry"
+	"github.com/pullwise/pullwise/internal/await"
 )
 
 // Mirror modes: a pull-through cache of upstream, or a second registry
@@ -214,16 +215,11 @@ func (e *env) metric(sample string) float64 {
 	return 0
 }
 
-// eventually polls cond until it holds or the timeout passes.
+// eventually polls cond until it holds, failing the test naming what once
+// timeout has passed: await.Until, the unit tests' wait too.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	await.Until(t, timeout, what, cond)
 }
 
 // awaitGoroutines waits until containerd runs no more goroutines than
