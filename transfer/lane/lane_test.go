@@ -113,6 +113,8 @@ func TestConcurrentUse(t *testing.T) {
 			in++
 			top = max(top, in)
 			mu.Unlock()
+			// Hold the place a moment, so that others contend for it;
+			// nothing waits on this pause.
 			time.Sleep(100 * time.Microsecond)
 			mu.Lock()
 			in--
