@@ -208,23 +208,19 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	ticket := lane.NewTicket(p.queued)
 	bypass := cfg.bypass[imageref.Normalize(ref)]
 	var pf *prefetch
-	admit := cfg.Space != nil && !bypass
-	if rec != nil && onePlatform(dst) && !bypass && (cfg.Gate.Full() || admit) {
+	prefetchable := rec != nil && onePlatform(dst) && !bypass
+	if prefetchable && cfg.Gate.Full() {
 		pf = s.startPrefetch(ctx, p, rec, dst, desc, ticket)
-	}
-	var need space.Need
-	if admit && pf != nil {
-		var freed func()
-		if need, freed, err = s.admit(ctx, p, pf, dst, cfg.Space); err != nil {
-			if errors.Is(err, errdefs.ErrResourceExhausted) {
-				outcome = OutcomeDiskFull
-			}
-			return fmt.Errorf("pull %s: %w", ref, err)
-		}
-		defer freed()
 	}
 	release, waited, err := cfg.Gate.Acquire(lane.WithTicket(ctx, ticket), bypass)
 	s.metrics.waitTime.Observe(waited.Seconds())
+	admit := cfg.Space != nil && prefetchable
+	if err == nil && admit && pf == nil {
+		// The disk check needs the pull's size: its manifest, fetched
+		// under the slot as containerd would, which then reads it from
+		// memory.
+		pf = s.startPrefetch(ctx, p, rec, dst, desc, ticket)
+	}
 	if pf != nil {
 		if d, ok := pf.wait(ctx, err != nil); ok && desc == nil {
 			src = resolved{ImageFetcher: src, name: ref, desc: d}
@@ -235,6 +231,22 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 			outcome = OutcomeTimedOut
 		}
 		return fmt.Errorf("pull %s: %w", ref, err)
+	}
+	var need space.Need
+	if admit {
+		var freed func()
+		need, freed, release, err = s.admit(lane.WithTicket(ctx, ticket), p, pf, dst, cfg, release)
+		if err != nil {
+			var full *space.FullError
+			switch {
+			case errors.As(err, &full):
+				outcome = OutcomeDiskFull
+			case errors.Is(err, errdefs.ErrResourceExhausted):
+				outcome = OutcomeTimedOut
+			}
+			return fmt.Errorf("pull %s: %w", ref, err)
+		}
+		defer freed()
 	}
 	defer release()
 	turn := cfg.Handback.Start(ticket)
@@ -286,24 +298,43 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	return nil
 }
 
-// admit waits until the disk has room for what the pull pf prefetched for
-// will write into dst (transfer/space): before the slot, so a pull that
-// does not fit waits without holding one. The pull must call freed once
-// it is over. A pull whose prefetch failed is admitted as it is: nothing
-// is known of its size.
-func (s *Service) admit(ctx context.Context, p *pull, pf *prefetch, dst transfer.ImageStorer, ledger *space.Ledger) (space.Need, func(), error) {
-	pf.wait(ctx, false)
+// admit waits until the disk has room for what the pull, holding the
+// slot release gives back, will write into dst (transfer/space). A pull
+// that must wait for space gives its slot back meanwhile, and takes one
+// again, in its ticket's place, once admitted; admit returns the release
+// func of the slot it holds then, and freed, to call once the pull is
+// over. On error the pull holds no slot. A pull whose prefetch failed is
+// admitted as it is: nothing is known of its size.
+func (s *Service) admit(ctx context.Context, p *pull, pf *prefetch, dst transfer.ImageStorer, cfg *config, release func()) (need space.Need, freed, held func(), err error) {
 	if pf.err != nil {
-		return space.Need{}, func() {}, nil
+		return need, func() {}, release, nil
 	}
-	need := space.Need{Layers: pf.layers, Snapshotter: dst.(transfer.ImageUnpacker).UnpackPlatforms()[0].Snapshotter}
+	need = space.Need{Layers: pf.layers, Snapshotter: dst.(transfer.ImageUnpacker).UnpackPlatforms()[0].Snapshotter}
 	if need.Snapshotter == "" {
 		// As containerd's transfer service picks it.
 		need.Snapshotter = defaults.DefaultSnapshotter
 	}
-	freed, err := ledger.Admit(ctx, need, func() { s.pulls.waitForSpace(p, true) })
+	gaveBack := false
+	freed, err = cfg.Space.Admit(ctx, need, func() {
+		release()
+		gaveBack = true
+		s.pulls.waitForSpace(p, true)
+	})
 	s.pulls.waitForSpace(p, false)
-	return need, freed, err
+	if err != nil {
+		release()
+		return need, nil, nil, err
+	}
+	if gaveBack {
+		var waited time.Duration
+		release, waited, err = cfg.Gate.Acquire(ctx, false)
+		s.metrics.waitTime.Observe(waited.Seconds())
+		if err != nil {
+			freed()
+			return need, nil, nil, err
+		}
+	}
+	return need, freed, release, nil
 }
 
 // lazyLayer is the pull p's observer of layers a remote snapshotter
