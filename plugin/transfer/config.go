@@ -12,8 +12,9 @@ import (
 // [plugins."io.containerd.transfer.v1.local"] sections keep working.
 type config struct {
 	// Node-wide, as upstream. Pullwise's default is 6, upstream's 3: with
-	// a round trip per blob, three left a link idle a quarter of a burst
-	// of pulls (docs/benchmarks.md, twelfth round), and the lane gives
+	// a round trip per blob, three leave a link with latency idle part of
+	// a burst of pulls (docs/benchmarks-history.md, twelfth round), and
+	// the lane gives
 	// places to the oldest pull first, so more of them do not spread the
 	// link over more pulls.
 	MaxConcurrentDownloads      int  `toml:"max_concurrent_downloads"`

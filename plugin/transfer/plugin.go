@@ -136,7 +136,7 @@ func init() {
 				// pulls can use every CPU, and downloads running ahead
 				// would take them. One layer at a time, an image cannot,
 				// and a slot kept would only idle the link
-				// (docs/benchmarks.md).
+				// (docs/benchmarks-history.md).
 				var slack time.Duration
 				if c.SmallPullsFirst {
 					slack = dueSlack
@@ -182,7 +182,7 @@ func init() {
 // Upstream has it off by default (max_concurrent_unpacks = 1); Pullwise's
 // default is one per CPU, so it is on wherever there is more than one CPU
 // to unpack with. It gets the first images of a burst in sooner, and the
-// last no later, on both profiles of docs/benchmarks.md. Upstream's
+// last no later, on both profiles measured (docs/benchmarks.md). Upstream's
 // creates a directory that a layer only implies (d/f without d/) 0755 and
 // owned by root, whatever the layers below give it (containerd v2.4.2);
 // the unpacker's applier and snapshotter are wrapped (transfer/implied) so

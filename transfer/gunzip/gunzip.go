@@ -9,7 +9,7 @@
 //
 // A layer's blob is in the content store before it is applied, so most
 // layers can be read into memory and inflated in one call: libdeflate
-// does that in about a quarter of the CPU time klauspost/compress takes to
+// does that in a fraction of the CPU time klauspost/compress takes to
 // stream it (BenchmarkLayerFromFile). whole.go bounds the memory.
 //
 // A layer too large for that is streamed: pgzip inflates ahead of the

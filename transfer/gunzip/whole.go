@@ -16,8 +16,8 @@ import (
 
 // A layer is inflated whole, in one call to libdeflate, when both its blob
 // and its tar stream fit these bounds and the budget has room for both;
-// any other layer is streamed. Whole, inflating a layer takes a quarter of
-// the CPU streaming does, and the tar writer then reads memory. Most
+// any other layer is streamed. Whole, inflating a layer takes a fraction
+// of the CPU streaming does, and the tar writer then reads memory. Most
 // layers of most images are below the bounds; the budget caps the memory
 // of all layers being applied at once, whatever the unpack concurrency,
 // and a layer that finds it spent is streamed rather than made to wait.
@@ -139,10 +139,9 @@ func readBlob(br *bufio.Reader, h *held) (blob *[]byte, complete bool, err error
 // budget, and are unmapped when a buffer of another size needs the room.
 //
 // They are mapped outside the Go heap: in it, the collector lets the heap
-// grow to twice what is live before it collects, so a budget of 256 MiB of
-// layers took the daemon's peak resident memory 300 MiB past stock's in
-// the node-boot corpus burst (docs/benchmarks.md), whatever the budget.
-// Mapped, the budget is what they can take.
+// grow to twice what is live before it collects, so the daemon's peak
+// resident memory would grow by about twice the budget, whatever the
+// budget. Mapped, the budget is what they can take.
 const minBufShift = 20
 
 var kept struct {

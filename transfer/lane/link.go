@@ -13,10 +13,10 @@ import (
 // in, so the link goes to the pull that would finish first.
 //
 // Download places alone cannot do that: a place is held for a whole body,
-// and a node's link is shared by its connections, not by pulls. A 1.7 GiB
-// image asked for with ten small ones took every place and most of a
-// 64 MiB/s link for tens of seconds, and the small images' median came
-// 9× their bound (BenchmarkCorpusBigAndSmall/wan). A paused reader stops
+// and a node's link is shared by its connections, not by pulls: a large
+// image asked for with small ones takes every place and most of the link,
+// and the small images wait behind it (BenchmarkCorpusBigAndSmall/wan
+// measures it). A paused reader stops
 // its sender within a TCP window or an HTTP/2 stream window, and the
 // bandwidth goes to the connections still read.
 type Link struct {

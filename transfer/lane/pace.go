@@ -12,9 +12,9 @@ import (
 // Places alone cannot do that: a place is held to the end of a layer, and
 // the extra places of an Overtaking lane let a small pull's layers start,
 // not finish. Once started, they share the CPUs with a large image's
-// layers, and under kubelet with the runtime starting pods too: small
-// images fetched in 1-2 s took 4-7 s to unpack where they take 1.3 s
-// alone (BenchmarkKubeletCorpusBigAndSmall/loopback). The operating
+// layers, and under kubelet with the runtime starting pods too, so small
+// images take several times longer to unpack than alone
+// (BenchmarkKubeletCorpusBigAndSmall/loopback measures it). The operating
 // system shares CPUs by thread, and a layer is written by one goroutine
 // among containerd's, so its scheduler cannot be told; the layer's reader
 // can. Only work holding a place counts, never work waiting for one: work

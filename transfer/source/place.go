@@ -10,9 +10,8 @@ import (
 // the body will arrive within one round trip at the rate it is arriving.
 // The next request's round trip then overlaps this body's tail instead of
 // following it. Without that, every blob costs its place one idle round
-// trip: with 20 ms per request, 1 MiB blobs and three places, downloads
-// used 0.80 of a 64 MiB/s link, and 0.94 with the overlap
-// (BenchmarkDownloadsOverWAN). Only bodies in their last round trip
+// trip, which on a link with latency leaves a share of it unused
+// (BenchmarkDownloadsOverWAN measures it). Only bodies in their last round trip
 // overlap, so the bodies transferring at full rate stay within the limit.
 // On a link without latency the overlap is nil.
 type place struct {
