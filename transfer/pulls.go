@@ -149,14 +149,15 @@ func (t *tracker) list(callers func(key string) int) []PullStatus {
 	out := make([]PullStatus, 0, len(pulls))
 	for _, p := range pulls {
 		s := PullStatus{Image: p.image, Pod: p.pod, State: StateWaiting, Waited: now.Sub(p.queued), Callers: callers(p.key)}
-		if p.noSpace.Load() {
-			s.State = StateNoSpace
-		}
 		if !p.started.IsZero() {
 			s.State, s.Waited = StatePulling, p.started.Sub(p.queued)
 		}
 		if !p.fetched.IsZero() {
 			s.State = StateUnpacking
+		}
+		if p.noSpace.Load() {
+			// It had a slot, and gave it back until the disk has room.
+			s.State = StateNoSpace
 		}
 		for _, ev := range p.progress {
 			s.BytesDone += ev.Progress

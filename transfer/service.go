@@ -232,6 +232,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		}
 		return fmt.Errorf("pull %s: %w", ref, err)
 	}
+	s.pulls.start(p)
 	var need space.Need
 	if admit {
 		var freed func()
@@ -251,7 +252,6 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	defer release()
 	turn := cfg.Handback.Start(ticket)
 	defer turn.Done()
-	s.pulls.start(p)
 	defer func() {
 		if err == nil {
 			p.logTimeline(ctx)
