@@ -214,6 +214,9 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	}
 	release, waited, err := cfg.Gate.Acquire(lane.WithTicket(ctx, ticket), bypass)
 	s.metrics.waitTime.Observe(waited.Seconds())
+	if err == nil {
+		s.pulls.start(p)
+	}
 	admit := cfg.Space != nil && prefetchable
 	if err == nil && admit && pf == nil {
 		// The disk check needs the pull's size: its manifest, fetched
@@ -232,7 +235,6 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		}
 		return fmt.Errorf("pull %s: %w", ref, err)
 	}
-	s.pulls.start(p)
 	var need space.Need
 	if admit {
 		var freed func()
