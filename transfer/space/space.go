@@ -188,15 +188,15 @@ func (l *Ledger) check(n Need) (*FullError, error) {
 		if l.c.Observe != nil {
 			l.c.Observe(label, u.Free)
 		}
-		fs := fss[u.Dev]
-		if fs == nil {
-			fs = &filesystem{path: path, usage: u}
-			fss[u.Dev] = fs
+		f := fss[u.Dev]
+		if f == nil {
+			f = &filesystem{path: path, usage: u}
+			fss[u.Dev] = f
 		}
-		if !slices.Contains(fs.names, name) {
-			fs.names = append(fs.names, name)
+		if !slices.Contains(f.names, name) {
+			f.names = append(f.names, name)
 		}
-		return fs, nil
+		return f, nil
 	}
 	ratio := l.ratio.Value()
 	others := make([]Need, 0, len(l.admitted))
@@ -241,36 +241,36 @@ func (l *Ledger) check(n Need) (*FullError, error) {
 		if !ok {
 			continue
 		}
-		fs, err := on("snapshotter "+sn, sn, root)
+		f, err := on("snapshotter "+sn, sn, root)
 		if err != nil {
 			return nil, err
 		}
 		for _, size := range perSnapshotter[sn] {
-			fs.others += uint64(float64(size) * ratio)
+			f.others += uint64(float64(size) * ratio)
 		}
 	}
 	if root, ok := l.c.Snapshotters[n.Snapshotter]; ok {
-		fs, err := on("snapshotter "+n.Snapshotter, n.Snapshotter, root)
+		f, err := on("snapshotter "+n.Snapshotter, n.Snapshotter, root)
 		if err != nil {
 			return nil, err
 		}
 		for d, size := range mine {
-			fs.floor += uint64(size)
+			f.floor += uint64(size)
 			if _, shared := perSnapshotter[n.Snapshotter][d]; !shared {
-				fs.need += uint64(float64(size) * ratio)
+				f.need += uint64(float64(size) * ratio)
 			}
 		}
 	}
 
 	for _, dev := range slices.Sorted(maps.Keys(fss)) {
-		fs := fss[dev]
-		reserve := fs.usage.Total / 100 * uint64(l.c.ReservePercent)
-		short := &FullError{Filesystem: fs.names, Path: fs.path, Needed: fs.need, Free: fs.usage.Free, Reserved: reserve, Others: fs.others}
-		if fs.floor+reserve > fs.usage.Total {
+		f := fss[dev]
+		reserve := f.usage.Total / 100 * uint64(l.c.ReservePercent)
+		short := &FullError{Filesystem: f.names, Path: f.path, Needed: f.need, Free: f.usage.Free, Reserved: reserve, Others: f.others}
+		if f.floor+reserve > f.usage.Total {
 			short.never = true
 			return short, nil
 		}
-		if fs.need+fs.others+reserve > fs.usage.Free {
+		if f.need+f.others+reserve > f.usage.Free {
 			return short, nil
 		}
 	}
