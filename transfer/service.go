@@ -235,6 +235,15 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		}
 		return fmt.Errorf("pull %s: %w", ref, err)
 	}
+	if pf != nil && pf.err != nil {
+		// Every host has answered what the pull would ask first (a wrong
+		// password, a 403, hosts down): asking again would double a
+		// failing pull's requests against stock's, for the same answer.
+		if f := rec.Failure(); f != nil {
+			release()
+			return f
+		}
+	}
 	var need space.Need
 	if admit {
 		var freed func()
