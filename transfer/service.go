@@ -218,11 +218,12 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		s.pulls.start(p)
 	}
 	admit := cfg.Space != nil && prefetchable
+	underSlot := false
 	if err == nil && admit && pf == nil {
 		// The disk check needs the pull's size: its manifest, fetched
 		// under the slot as containerd would, which then reads it from
 		// memory.
-		pf = s.startPrefetch(ctx, p, rec, dst, desc, ticket)
+		pf, underSlot = s.startPrefetch(ctx, p, rec, dst, desc, ticket), true
 	}
 	if pf != nil {
 		if d, ok := pf.wait(ctx, err != nil); ok && desc == nil {
@@ -235,10 +236,12 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		}
 		return fmt.Errorf("pull %s: %w", ref, err)
 	}
-	if pf != nil && pf.err != nil {
-		// Every host has answered what the pull would ask first (a wrong
-		// password, a 403, hosts down): asking again would double a
-		// failing pull's requests against stock's, for the same answer.
+	if underSlot && pf.err != nil {
+		// Every host has just answered what the pull would ask first (a
+		// wrong password, a 403, hosts down): asking again at once would
+		// double a failing pull's requests against stock's, for the same
+		// answer. A prefetch made while waiting for a slot is older: the
+		// pull asks again, as it would have.
 		if f := rec.Failure(); f != nil {
 			release()
 			return f
