@@ -3,6 +3,7 @@ package lane
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,8 +68,12 @@ func TestPacer(t *testing.T) {
 			}
 			w := writer{started: make(chan *Pacer, 1), err: make(chan error, 1)}
 			a := Applier{Applier: w, Lane: tc.lane}
-			if tc.waited {
-				a.Waited = func(t *Ticket) bool { return t == TicketOf(tc.layer) }
+			// Asked by the pacer once a holder is ahead of the layer: the
+			// layer is then past its first check and paused.
+			var asked atomic.Int32
+			a.Waited = func(t *Ticket) bool {
+				asked.Add(1)
+				return tc.waited && t == TicketOf(tc.layer)
 			}
 			applied := make(chan struct{})
 			go func() {
@@ -80,10 +85,9 @@ func TestPacer(t *testing.T) {
 				t.Fatalf("pacer %v, want none: %v", p, tc.noPacer)
 			}
 			if tc.paused {
-				// Waiting, and for the holder only.
-				if !p.behind() {
-					t.Fatal("the layer does not give way")
-				}
+				// Waiting, and for the holder only. Released only once the
+				// layer is paused, or it might never pause at all.
+				await.Until(t, 10*time.Second, "the layer to give way", func() bool { return asked.Load() > 0 })
 				release()
 			}
 			if err := <-w.err; err != nil {
