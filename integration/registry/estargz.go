@@ -3,7 +3,6 @@ package registry
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -24,25 +23,15 @@ import (
 // eStargz blobs. Call only from the test goroutine.
 func (r *Registry) PushEStargz(t testing.TB, repo, tag string, img Image) Pushed {
 	t.Helper()
-	p, err := r.PushEStargzContext(t.Context(), repo, tag, img)
+	image, err := BuildEStargzImage(img)
+	if err != nil {
+		t.Fatalf("registry %s: build eStargz %s/%s:%s: %v", r.name, r.Host(), repo, tag, err)
+	}
+	p, err := r.PushImage(t.Context(), repo, tag, image)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// PushEStargzContext is PushEStargz for programs outside tests.
-func (r *Registry) PushEStargzContext(ctx context.Context, repo, tag string, img Image) (Pushed, error) {
-	ref := r.Host() + "/" + repo + ":" + tag
-	image, err := BuildEStargzImage(img)
-	if err != nil {
-		return Pushed{}, fmt.Errorf("registry %s: push %s: %w", r.name, ref, err)
-	}
-	p, err := writeImage(ctx, ref, image)
-	if err != nil {
-		return Pushed{}, fmt.Errorf("registry %s: push %s: %w", r.name, ref, err)
-	}
-	return p, nil
 }
 
 // BuildEStargzImage is BuildImage with every layer converted to eStargz.
