@@ -83,6 +83,36 @@ type soakResults struct {
 	bad   map[codes.Code]string
 	// RemoveImage calls by ref, started and ended.
 	removing, removed map[string]int
+	// flying are the pulls of each ref under way. A pull that begins
+	// while others of its ref run may share their transfer (dedupe), so
+	// a removal that overlapped theirs overlapped its own too.
+	flying map[string]map[*flight]struct{}
+}
+
+// flight is a pull under way: where the removals of its ref stood when
+// it, or the earliest pull of the ref under way then, began.
+type flight struct{ at removals }
+
+func (r *soakResults) begin(ref string) *flight {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := &flight{at: removals{r.removing[ref], r.removed[ref]}}
+	for o := range r.flying[ref] {
+		if o.at.started < f.at.started {
+			f.at = o.at
+		}
+	}
+	if r.flying[ref] == nil {
+		r.flying[ref] = map[*flight]struct{}{}
+	}
+	r.flying[ref][f] = struct{}{}
+	return f
+}
+
+func (r *soakResults) end(ref string, f *flight) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.flying[ref], f)
 }
 
 func (r *soakResults) add(what string, err error) {
@@ -116,8 +146,9 @@ func (r *soakResults) removals(ref string) removals {
 }
 
 // addPull records a pull's outcome. A pull that a RemoveImage of the same
-// image overlapped (one was under way when it began, or one began before
-// it ended) may end NotFound: the pull reads the image back after the
+// image overlapped (one was under way when it, or a pull of the same
+// image it may share, began, or one began before it ended) may end
+// NotFound: the pull reads the image back after the
 // transfer and finds it, or its config, gone, as upstream CRI does. That
 // is the caller's doing and says so; any other NotFound is not.
 func (r *soakResults) addPull(ref string, atStart removals, err error) {
@@ -158,7 +189,7 @@ func TestSoak(t *testing.T) {
 	baseline := e.d.Goroutines(t)
 	var heaps []int64
 
-	res := &soakResults{codes: map[codes.Code]int{}, bad: map[codes.Code]string{}, removing: map[string]int{}, removed: map[string]int{}}
+	res := &soakResults{codes: map[codes.Code]int{}, bad: map[codes.Code]string{}, removing: map[string]int{}, removed: map[string]int{}, flying: map[string]map[*flight]struct{}{}}
 	for round := 1; round <= rounds; round++ {
 		start := time.Now()
 		stop := make(chan struct{})
@@ -287,7 +318,8 @@ func soakPull(e *env, ctx context.Context, res *soakResults, ref, pod string) {
 	if rand.IntN(3) == 0 {
 		res.remove(e, ctx, ref)
 	}
-	atStart := res.removals(ref)
+	f := res.begin(ref)
+	defer res.end(ref, f)
 	// Callers that never give up still have a deadline, as kubelet does;
 	// it is far above what any fault costs.
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -309,7 +341,7 @@ func soakPull(e *env, ctx context.Context, res *soakResults, ref, pod string) {
 	} else {
 		_, err = e.images.PullImage(pctx, criImage(ref), nil, sandbox(pod))
 	}
-	res.addPull(ref, atStart, err)
+	res.addPull(ref, f.at, err)
 }
 
 // settledHeap is containerd's live heap after a forced GC, the least of a
