@@ -1,8 +1,8 @@
 // Package health remembers which registry hosts fail, so that one node's
 // pulls stop paying for a mirror that is down: a host that fails is skipped
 // for a cooldown that grows while it keeps failing, then one request probes
-// it. It knows nothing of containerd; the per-host transport in
-// transfer/source asks it before each request and tells it how each went.
+// it. It knows nothing of containerd; the per-host client in
+// transfer/hostclient asks it before each request and tells it how each went.
 package health
 
 import (

@@ -9,25 +9,17 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/pullwise/pullwise/transfer/health"
+	"github.com/pullwise/pullwise/transfer/hostclient"
 )
 
-// attempt is one request of a pull to one host and what came of it.
-type attempt struct {
-	kind, ref string // manifests or blobs, and the tag or digest
-	ep        endpoint
-	outcome   health.Outcome
-	status    int    // HTTP status; 0 when there was no response
-	detail    string // status line or error, never a URL
-}
-
-// attempt notes how a manifest or blob request to ep went.
-func (r *Recorder) attempt(kind, ref string, ep endpoint, o health.Outcome, status int, detail string) {
-	if kind == "" || o == health.Canceled {
+// attempt notes how a manifest or blob request went.
+func (r *Recorder) attempt(a hostclient.Attempt) {
+	if a.Kind == "" || a.Outcome == health.Canceled {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.attempts = append(r.attempts, attempt{kind: kind, ref: ref, ep: ep, outcome: o, status: status, detail: detail})
+	r.attempts = append(r.attempts, a)
 }
 
 // HostAnswer is what one host answered for the request that failed.
@@ -90,14 +82,14 @@ func (r *Recorder) Failure(ref string) error {
 	lastTried := map[res]bool{}
 	var order []res
 	for _, a := range r.attempts {
-		k := res{a.kind, a.ref}
+		k := res{a.Kind, a.Ref}
 		if !slices.Contains(order, k) {
 			order = append(order, k)
 		}
-		if a.outcome == health.OK {
+		if a.Outcome == health.OK {
 			served[k] = true
 		}
-		if len(a.ep.later) == 0 {
+		if len(a.Endpoint.Later) == 0 {
 			lastTried[k] = true
 		}
 	}
@@ -108,16 +100,17 @@ func (r *Recorder) Failure(ref string) error {
 		e := &AllFailedError{Ref: ref}
 		seen := map[health.Key]int{}
 		for _, a := range r.attempts {
-			if a.kind != k.kind || a.ref != k.ref {
+			if a.Kind != k.kind || a.Ref != k.ref {
 				continue
 			}
-			h := HostAnswer{Role: a.ep.role, Host: hostName(a.ep.key), Answer: a.detail, status: a.status}
+			ep := a.Endpoint
+			h := HostAnswer{Role: ep.Role, Host: hostName(ep.Key), Answer: a.Detail, status: a.Status}
 			// One line per host: its last answer, in the order first asked.
-			if i, ok := seen[a.ep.key]; ok {
+			if i, ok := seen[ep.Key]; ok {
 				e.Hosts[i] = h
 				continue
 			}
-			seen[a.ep.key] = len(e.Hosts)
+			seen[ep.Key] = len(e.Hosts)
 			e.Hosts = append(e.Hosts, h)
 		}
 		return e

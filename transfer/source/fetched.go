@@ -1,7 +1,6 @@
 package source
 
 import (
-	"bytes"
 	"encoding/json"
 	"maps"
 	"sync"
@@ -9,10 +8,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
-
-// maxManifest bounds the manifest bytes kept to learn a pull's blobs;
-// containerd itself refuses manifests over 4 MiB.
-const maxManifest = 4 << 20
 
 // fetchWatch learns, from the manifests and blobs a pull fetches through
 // the recorder, when every blob of its image has been downloaded: the pull
@@ -244,22 +239,4 @@ func (w *fetchWatch) check() {
 	if done != nil {
 		done()
 	}
-}
-
-// manifestTee keeps the first maxManifest bytes of a manifest body.
-type manifestTee struct {
-	buf  bytes.Buffer
-	full bool
-}
-
-func (t *manifestTee) add(p []byte) {
-	if t.full {
-		return
-	}
-	if t.buf.Len()+len(p) > maxManifest {
-		t.full = true
-		t.buf.Reset()
-		return
-	}
-	t.buf.Write(p)
 }

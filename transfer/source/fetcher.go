@@ -1,7 +1,11 @@
 // Package source records which registry host served each pull. A pull
 // source from CRI or ctr (registry.OCIRegistry) hides its resolver, so the
-// source is rebuilt here from what it exposes about itself, with a
-// transport per registry host that notes who answered.
+// source is rebuilt here from what it exposes about itself, with a host
+// client per registry host (transfer/hostclient) that tells the pull's
+// Recorder who answered. The recorder also learns, from the manifests and
+// blobs read, when the pull has nothing left to fetch (fetched.go) and why
+// a pull no host could serve failed (failure.go); Prefetch fetches a
+// waiting pull's image manifest.
 package source
 
 import (
@@ -26,6 +30,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/pullwise/pullwise/transfer/health"
+	"github.com/pullwise/pullwise/transfer/hostclient"
 	"github.com/pullwise/pullwise/transfer/lane"
 )
 
@@ -112,6 +117,11 @@ type Hosts struct {
 	Link *lane.Link
 }
 
+// node is what every pull on the node shares, for the host clients.
+func (h Hosts) node() hostclient.Node {
+	return hostclient.Node{Health: h.Health, Downloads: h.Downloads, Link: h.Link}
+}
+
 // NewResolver returns containerd's registry resolver for hosts, with every
 // registry host's client recording through rec.
 //
@@ -148,18 +158,18 @@ func NewResolver(ctx context.Context, h Hosts, rec *Recorder) remotes.Resolver {
 				keys[i] = health.Key{Scheme: h.Scheme, Host: h.Host, Path: h.Path}
 			}
 			for i := range hs {
-				ep := endpoint{key: keys[i], role: roleMirror, later: keys[i+1:]}
+				ep := hostclient.Endpoint{Key: keys[i], Role: hostclient.RoleMirror, Later: keys[i+1:]}
 				if i == len(hs)-1 {
-					ep.role = roleUpstream
+					ep.Role = hostclient.RoleUpstream
 				}
-				hs[i].Client = rec.wrap(hs[i].Client, h, ep)
+				hs[i].Client = hostclient.Wrap(hs[i].Client, h.node(), ep, rec.observer())
 				if hs[i].Authorizer != nil {
-					hs[i].Authorizer = &renewingAuthorizer{inner: hs[i].Authorizer, renew: func() docker.Authorizer {
+					hs[i].Authorizer = hostclient.Renewing(hs[i].Authorizer, func() docker.Authorizer {
 						if again, err := hosts(host); err == nil && len(again) == len(hs) {
 							return again[i].Authorizer
 						}
 						return nil
-					}}
+					})
 				}
 			}
 			configured[host] = hs

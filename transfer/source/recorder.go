@@ -2,15 +2,13 @@ package source
 
 import (
 	"encoding/json"
-	"math"
-	"net/http"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/pullwise/pullwise/transfer/hostclient"
 )
 
 // Recorder notes which registry host answered each manifest and blob
@@ -25,7 +23,7 @@ type Recorder struct {
 	onBlob func(dgst string, n int64)
 	// attempts are what each host answered, per manifest or blob, in the
 	// order containerd asked: what explains a failed pull.
-	attempts []attempt
+	attempts []hostclient.Attempt
 	// fetched, when set, learns when the pull has nothing left to fetch.
 	fetched *fetchWatch
 	// onSize, when set, learns the bytes left to fetch once the image
@@ -184,26 +182,6 @@ func (r *Recorder) RetryAfter() time.Duration {
 	return d
 }
 
-// retryAfter parses a Retry-After header: seconds or an HTTP date. The
-// header is the registry's to write: a date in the past asks for no wait,
-// and a number of seconds too large for a Duration asks for the longest
-// one, not a negative one. Callers cap the wait anyway.
-func retryAfter(v string) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s > 0 {
-		if s > int64(math.MaxInt64/time.Second) {
-			return math.MaxInt64
-		}
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(time.Until(t), 0)
-	}
-	return 0
-}
-
 // blob counts one blob for host and returns the func its bytes go to.
 func (r *Recorder) blob(host, dgst string) func(int64) {
 	r.mu.Lock()
@@ -228,27 +206,4 @@ func (r *Recorder) blob(host, dgst string) func(int64) {
 		}
 		fw.blobBytes(digest.Digest(dgst), n)
 	}
-}
-
-// parsePath splits a registry API path into the kind (manifests, blobs),
-// the repository as the host knows it, and the reference. The API root
-// "/v2" is dropped, but a mirror's own prefix (override_path) is kept:
-// it is part of how that mirror names the repository.
-func parsePath(p string) (kind, repo, ref string) {
-	for _, k := range []string{"manifests", "blobs"} {
-		i := strings.LastIndex(p, "/"+k+"/")
-		if i < 0 {
-			continue
-		}
-		ref = p[i+len(k)+2:]
-		if ref == "" || strings.Contains(ref, "/") {
-			return "", "", "" // e.g. /blobs/uploads/…
-		}
-		segs := strings.Split(strings.Trim(p[:i], "/"), "/")
-		if j := slices.Index(segs, "v2"); j >= 0 {
-			segs = slices.Delete(segs, j, j+1)
-		}
-		return k, strings.Join(segs, "/"), ref
-	}
-	return "", "", ""
 }

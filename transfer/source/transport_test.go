@@ -24,6 +24,7 @@ import (
 
 	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/health"
+	"github.com/pullwise/pullwise/transfer/hostclient"
 	"github.com/pullwise/pullwise/transfer/lane"
 )
 
@@ -216,7 +217,7 @@ func TestSlowReaderIsNotAStall(t *testing.T) {
 	const readTimeout = 50 * time.Millisecond
 	table := testTable(health.Config{ReadTimeout: readTimeout})
 	rec := &Recorder{}
-	c := rec.wrap(&http.Client{}, Hosts{Health: table}, endpoint{key: health.Key{Scheme: "http", Host: upstream.host(), Path: "/v2"}, role: roleUpstream})
+	c := hostclient.Wrap(&http.Client{}, hostclient.Node{Health: table}, hostclient.Endpoint{Key: health.Key{Scheme: "http", Host: upstream.host(), Path: "/v2"}, Role: hostclient.RoleUpstream}, rec.observer())
 	resp, err := c.Get(upstream.URL + "/v2/team/app/blobs/sha256:z")
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +329,7 @@ func TestFailureIsNilWhenARegistryServed(t *testing.T) {
 
 func TestErrorsCarryNoCredentials(t *testing.T) {
 	rec := &Recorder{}
-	c := rec.wrap(&http.Client{}, Hosts{}, endpoint{key: health.Key{Scheme: "http", Host: "127.0.0.1:1", Path: "/v2"}, role: roleUpstream})
+	c := hostclient.Wrap(&http.Client{}, hostclient.Node{}, hostclient.Endpoint{Key: health.Key{Scheme: "http", Host: "127.0.0.1:1", Path: "/v2"}, Role: hostclient.RoleUpstream}, rec.observer())
 	_, err := c.Get("http://user:s3cret@127.0.0.1:1/v2/team/app/manifests/v1?token=s3cret")
 	if err == nil {
 		t.Fatal("request to a closed port succeeded")
@@ -347,7 +348,7 @@ func TestDownloadPlaceHeldUntilBodyCloses(t *testing.T) {
 	h := newBlobHost(t, blob)
 	downloads := lane.New(1)
 	rec := &Recorder{}
-	c := rec.wrap(&http.Client{}, Hosts{Downloads: downloads}, endpoint{key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, role: roleUpstream})
+	c := hostclient.Wrap(&http.Client{}, hostclient.Node{Downloads: downloads}, hostclient.Endpoint{Key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, Role: hostclient.RoleUpstream}, rec.observer())
 	url := h.URL + "/v2/team/app/blobs/" + digest.FromBytes(blob).String()
 
 	first, err := c.Get(url)
@@ -398,8 +399,7 @@ func TestLargePullGivesWayToSmallOne(t *testing.T) {
 	h := newBlobHost(t, blob)
 	downloads := lane.New(1)
 	rec := &Recorder{}
-	c := rec.wrap(&http.Client{}, Hosts{Downloads: downloads, Link: lane.NewLink(time.Second)},
-		endpoint{key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, role: roleUpstream})
+	c := hostclient.Wrap(&http.Client{}, hostclient.Node{Downloads: downloads, Link: lane.NewLink(time.Second)}, hostclient.Endpoint{Key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, Role: hostclient.RoleUpstream}, rec.observer())
 	url := h.URL + "/v2/team/app/blobs/" + digest.FromBytes(blob).String()
 	get := func(bytes int64) (*http.Response, error) {
 		ticket := lane.NewTicket(time.Now())
@@ -466,7 +466,7 @@ func TestRedirectedBlobDownload(t *testing.T) {
 	}
 	downloads := lane.New(1)
 	rec := &Recorder{}
-	c := rec.wrap(&http.Client{}, Hosts{Downloads: downloads}, endpoint{key: health.Key{Scheme: "http", Host: reg.host(), Path: "/v2"}, role: roleUpstream})
+	c := hostclient.Wrap(&http.Client{}, hostclient.Node{Downloads: downloads}, hostclient.Endpoint{Key: health.Key{Scheme: "http", Host: reg.host(), Path: "/v2"}, Role: hostclient.RoleUpstream}, rec.observer())
 	url := reg.URL + "/v2/team/app/blobs/" + digest.FromBytes(blob).String()
 
 	first, err := c.Get(url)
@@ -557,7 +557,7 @@ func TestDownloadPlaceGivenBackForTheLastRoundTrip(t *testing.T) {
 		return true
 	}
 	downloads := lane.New(1)
-	c := (&Recorder{}).wrap(&http.Client{}, Hosts{Downloads: downloads}, endpoint{key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, role: roleUpstream})
+	c := hostclient.Wrap(&http.Client{}, hostclient.Node{Downloads: downloads}, hostclient.Endpoint{Key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, Role: hostclient.RoleUpstream}, (&Recorder{}).observer())
 	url := h.URL + "/v2/team/app/blobs/" + digest.FromBytes(blob).String()
 
 	first, err := c.Get(url)
@@ -631,7 +631,7 @@ func TestImageConfigTakesNoDownloadPlace(t *testing.T) {
 	}
 	rec := &Recorder{}
 	rec.OnFetched(func(digest.Digest) bool { return false }, func() {})
-	c := rec.wrap(&http.Client{}, Hosts{Downloads: downloads}, endpoint{key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, role: roleUpstream})
+	c := hostclient.Wrap(&http.Client{}, hostclient.Node{Downloads: downloads}, hostclient.Endpoint{Key: health.Key{Scheme: "http", Host: h.host(), Path: "/v2"}, Role: hostclient.RoleUpstream}, rec.observer())
 	get := func(ref string) []byte {
 		resp, err := c.Get(h.URL + "/v2/team/app/" + ref)
 		if err != nil {

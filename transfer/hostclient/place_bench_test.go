@@ -1,4 +1,4 @@
-package source
+package hostclient
 
 import (
 	"bytes"
@@ -33,7 +33,7 @@ func BenchmarkDownloadsOverWAN(b *testing.B) {
 	})))
 	b.Cleanup(srv.Close)
 	url := srv.URL + "/v2/team/app/blobs/" + digest.FromBytes(blob).String()
-	ep := endpoint{key: health.Key{Scheme: "http", Host: strings.TrimPrefix(srv.URL, "http://"), Path: "/v2"}, role: roleUpstream}
+	ep := Endpoint{Key: health.Key{Scheme: "http", Host: strings.TrimPrefix(srv.URL, "http://"), Path: "/v2"}, Role: RoleUpstream}
 
 	get := func(b *testing.B, c *http.Client) {
 		resp, err := c.Get(url)
@@ -52,7 +52,7 @@ func BenchmarkDownloadsOverWAN(b *testing.B) {
 			transport := &http.Transport{MaxIdleConnsPerHost: blobs}
 			b.Cleanup(transport.CloseIdleConnections)
 			plain := &http.Client{Transport: transport}
-			overlapped := (&Recorder{}).wrap(plain, Hosts{Downloads: downloads}, ep)
+			overlapped := Wrap(plain, Node{Downloads: downloads}, ep, nopObserver{})
 			var took time.Duration
 			for b.Loop() {
 				start := time.Now()
@@ -81,3 +81,13 @@ func BenchmarkDownloadsOverWAN(b *testing.B) {
 		})
 	}
 }
+
+// nopObserver hears nothing: what the hosts answered is transfer/source's
+// to record.
+type nopObserver struct{}
+
+func (nopObserver) IsConfig(digest.Digest) bool                  { return false }
+func (nopObserver) Attempted(Attempt)                            {}
+func (nopObserver) AskedToWait(time.Duration)                    {}
+func (nopObserver) Manifest(_, _, _ string, _ bool) func([]byte) { return nil }
+func (nopObserver) Blob(_, _ string) func(int64)                 { return nil }

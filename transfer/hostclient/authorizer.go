@@ -1,4 +1,4 @@
-package source
+package hostclient
 
 import (
 	"context"
@@ -8,8 +8,15 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 )
 
+// Renewing returns inner as a registry host's authorizer, shared by one
+// pull's requests, that starts afresh with renew's after a failed token
+// fetch; renew may return nil, and inner is kept.
+func Renewing(inner docker.Authorizer, renew func() docker.Authorizer) docker.Authorizer {
+	return &renewingAuthorizer{inner: inner, renew: renew}
+}
+
 // renewingAuthorizer is a registry host's authorizer, shared by one pull's
-// requests (see NewResolver), that starts afresh after a failed token
+// requests (see source.NewResolver), that starts afresh after a failed token
 // fetch. containerd's authorizer keeps a token fetch's error for its scope
 // without expiry and answers every later request with it: shared, one
 // token server hiccup in a waiting pull's prefetch would fail the whole

@@ -1,4 +1,4 @@
-package source
+package hostclient
 
 import (
 	"sync"
@@ -35,6 +35,9 @@ func newPlace(release func()) *place {
 // answered records the round trip, when the headers arrive with a body of
 // size bytes (-1 unknown).
 func (p *place) answered(rtt time.Duration, size int64) {
+	if p == nil {
+		return
+	}
 	p.rtt, p.size = rtt, size
 }
 
@@ -65,9 +68,12 @@ func (p *place) advance(n int) {
 	}
 }
 
-// give returns the place; it is safe to call more than once and from Close
-// while a Read runs.
+// give returns the place; it is safe to call more than once, from Close
+// while a Read runs, and on no place.
 func (p *place) give() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	release := p.release
 	p.release = nil
