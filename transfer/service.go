@@ -31,6 +31,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/health"
 	"github.com/pullwise/pullwise/transfer/hub"
 	"github.com/pullwise/pullwise/transfer/lane"
+	"github.com/pullwise/pullwise/transfer/pullkey"
 	"github.com/pullwise/pullwise/transfer/lazy"
 	"github.com/pullwise/pullwise/transfer/pullctx"
 	"github.com/pullwise/pullwise/transfer/source"
@@ -142,7 +143,7 @@ func (s *Service) pull(ctx context.Context, src transfer.ImageFetcher, dst trans
 	for _, o := range opts {
 		o(&cfg)
 	}
-	key, ok, err := pullKey(ctx, src, dst)
+	key, ok, err := pullkey.Of(ctx, src, dst)
 	if err != nil {
 		log.G(ctx).WithError(err).Debug("pull cannot be shared")
 	}
@@ -501,7 +502,7 @@ func (s *Service) stored(ctx context.Context, dst transfer.ImageStorer, target o
 }
 
 func imageOf(src any) string {
-	if n, ok := src.(imageNamer); ok {
+	if n, ok := src.(interface{ Image() string }); ok {
 		return n.Image()
 	}
 	return fmt.Sprint(src)

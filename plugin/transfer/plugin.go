@@ -92,7 +92,7 @@ func init() {
 			parallel := parallelUnpack(c.MaxConcurrentUnpacks, ups)
 			ups = append(ups, loaded...)
 			// The unpacker's locks on chain IDs, shared by every pull.
-			chains := transfer.NewKeyedLock()
+			chains := lane.NewKeyedLock()
 			dirs := implied.NewDirs()
 			ratio := &space.Ratio{}
 			for i := range ups {

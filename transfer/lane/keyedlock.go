@@ -1,10 +1,8 @@
-package transfer
+package lane
 
 import (
 	"context"
 	"sync"
-
-	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // KeyedLock serializes work per key, such as fetching one blob or unpacking
@@ -19,7 +17,7 @@ type KeyedLock struct {
 type keyLock struct {
 	ch     chan struct{} // holds one token while the key is locked
 	refs   int           // holders and waiters; the entry goes at zero
-	holder *lane.Ticket  // the holder's pull (lane.TicketOf), or nil
+	holder *Ticket       // the holder's pull (TicketOf), or nil
 }
 
 // NewKeyedLock returns an empty KeyedLock.
@@ -41,7 +39,7 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 	select {
 	case l.ch <- struct{}{}:
 		k.mu.Lock()
-		l.holder = lane.TicketOf(ctx)
+		l.holder = TicketOf(ctx)
 		k.mu.Unlock()
 		return nil
 	case <-ctx.Done():
@@ -69,8 +67,8 @@ func (k *KeyedLock) Unlock(key string) {
 // Waited reports whether work waits for a key that a pull with ticket t
 // holds: containerd's unpacker locks a layer's chain ID before its blob is
 // fetched and until it is committed, so every other pull of an image that
-// shares the layer waits for that pull's writing of it (lane.Pacer).
-func (k *KeyedLock) Waited(t *lane.Ticket) bool {
+// shares the layer waits for that pull's writing of it (Pacer).
+func (k *KeyedLock) Waited(t *Ticket) bool {
 	if t == nil {
 		return false
 	}

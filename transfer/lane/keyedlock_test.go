@@ -1,4 +1,4 @@
-package transfer
+package lane
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/pullwise/pullwise/internal/await"
-	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 func TestKeyedLockExcludesPerKey(t *testing.T) {
@@ -99,15 +98,15 @@ func TestKeyedLockUnlockUnlockedPanics(t *testing.T) {
 // caller waits on, and only then.
 func TestKeyedLockWaited(t *testing.T) {
 	k := NewKeyedLock()
-	mine, other := lane.NewTicket(time.Now()), lane.NewTicket(time.Now())
-	if err := k.Lock(lane.WithTicket(context.Background(), mine), "chain"); err != nil {
+	mine, other := NewTicket(time.Now()), NewTicket(time.Now())
+	if err := k.Lock(WithTicket(context.Background(), mine), "chain"); err != nil {
 		t.Fatal(err)
 	}
 	if k.Waited(mine) {
 		t.Fatal("waited for with no one waiting")
 	}
 	locked := make(chan error)
-	go func() { locked <- k.Lock(lane.WithTicket(context.Background(), other), "chain") }()
+	go func() { locked <- k.Lock(WithTicket(context.Background(), other), "chain") }()
 	await.Until(t, 10*time.Second, "the second caller to wait on the key", func() bool { return k.Waited(mine) })
 	if k.Waited(other) || k.Waited(nil) {
 		t.Fatal("a waiter, or no pull, reported as waited for")

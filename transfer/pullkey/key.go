@@ -1,4 +1,7 @@
-package transfer
+// Package pullkey says which pulls may share one transfer (transfer/dedupe):
+// those whose key is equal would fetch the same bytes, the same way, into
+// the same place.
+package pullkey
 
 import (
 	"context"
@@ -18,12 +21,12 @@ type imageNamer interface {
 	Image() string
 }
 
-// pullKey identifies pulls that may share one transfer: same namespace,
+// Of identifies pulls that may share one transfer: same namespace,
 // normalized reference, destination (names, labels, platforms, unpack
 // snapshotters), credentials and resolver settings (headers, hosts dir,
 // scheme). ok is false when the pull cannot be
 // described well enough to share it safely.
-func pullKey(ctx context.Context, src, dst any) (key string, ok bool, err error) {
+func Of(ctx context.Context, src, dst any) (key string, ok bool, err error) {
 	named, isNamed := src.(imageNamer)
 	srcM, srcOK := src.(marshaler)
 	dstM, dstOK := dst.(marshaler)

@@ -1,4 +1,4 @@
-package transfer
+package pullkey
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func (p pullTuple) key(t *testing.T) (string, bool) {
 		image.WithImageLabels(map[string]string{"fuzz": p[fLabel]}),
 		image.WithPlatforms(plat),
 		image.WithUnpack(plat, "overlayfs"))
-	key, ok, err := pullKey(ctx, src, dst)
+	key, ok, err := Of(ctx, src, dst)
 	if err != nil {
 		// Such a source cannot describe itself (containerd's MarshalAny
 		// refuses invalid UTF-8, for one): the pull goes unshared.
