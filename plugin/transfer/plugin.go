@@ -6,15 +6,13 @@
 package transfer
 
 import (
-	"time"
-
 	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"slices"
+	"time"
 
-	"github.com/containerd/log"
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,13 +27,7 @@ import (
 	"github.com/containerd/containerd/v2/plugins"
 
 	"github.com/pullwise/pullwise/transfer"
-	"github.com/pullwise/pullwise/transfer/applyopts"
-	"github.com/pullwise/pullwise/transfer/gate"
 	"github.com/pullwise/pullwise/transfer/gunzip"
-	"github.com/pullwise/pullwise/transfer/implied"
-	"github.com/pullwise/pullwise/transfer/lane"
-	"github.com/pullwise/pullwise/transfer/lazy"
-	"github.com/pullwise/pullwise/transfer/space"
 
 	// Type registrations for transfer sources and destinations; without
 	// them ctr's pull, import and export requests cannot be decoded.
@@ -80,41 +72,15 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			loaded := loadedSnapshotters(ic, db, c, ups)
-			// Layers are applied through Pullwise's lane, oldest pull first.
-			// containerd's unpack limiter is on only for parallel unpack
-			// (parallelUnpack), and never binds.
-			layersAtOnce := unpackLimit(c.MaxConcurrentUnpacks)
-			unpacks := lane.New(layersAtOnce)
-			if c.SmallPullsFirst {
-				unpacks = lane.Overtaking(layersAtOnce, dueSlack)
-			}
-			parallel := parallelUnpack(c.MaxConcurrentUnpacks, ups)
-			ups = append(ups, loaded...)
-			// The unpacker's locks on chain IDs, shared by every pull.
-			chains := lane.NewKeyedLock()
-			dirs := implied.NewDirs()
-			ratio := &space.Ratio{}
-			for i := range ups {
-				a := ups[i].Applier
-				if parallel {
-					a = implied.Applier{Applier: a, Content: db.ContentStore(), Dirs: dirs}
-					ups[i].Snapshotter = implied.Snapshotter{Snapshotter: ups[i].Snapshotter, Dirs: dirs}
-				}
-				// CRI's apply options (image_pull_with_sync_fs, decryption)
-				// reach its pulls' layers through the context
-				// (transfer/applyopts).
-				ups[i].Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: ratio}}, Lane: unpacks, Waited: chains.Waited}
-				ups[i].Snapshotter = lazy.Snapshotter{Snapshotter: ups[i].Snapshotter}
-			}
+			u := newUnpacking(c, db, ups, loadedSnapshotters(ic, db, c, ups))
 			next := local.NewTransferService(db.ContentStore(), metadata.NewImageStore(db), local.TransferConfig{
 				Leases:                      l.(leases.Manager),
 				MaxConcurrentDownloads:      c.MaxConcurrentDownloads,
 				ConcurrentLayerFetchBuffer:  c.ConcurrentLayerFetchBuffer,
 				MaxConcurrentUploadedLayers: c.MaxConcurrentUploadedLayers,
-				MaxConcurrentUnpacks:        containerdUnpacks(parallel),
-				DuplicationSuppressor:       chains,
-				UnpackPlatforms:             ups,
+				MaxConcurrentUnpacks:        containerdUnpacks(u.parallel),
+				DuplicationSuppressor:       u.chains,
+				UnpackPlatforms:             u.platforms,
 				Verifiers:                   verifiers,
 				RegistryConfigPath:          c.RegistryConfigPath,
 			})
@@ -126,45 +92,11 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(ups), Ratio: ratio}
-			if c.LinkPriority {
-				tc.Link = lane.NewLink(dueSlack)
-			}
-			if parallel {
-				// Only one pull at a time unpacks without its slot: with
-				// the layers of an image unpacked in parallel, the oldest
-				// pulls can use every CPU, and downloads running ahead
-				// would take them. One layer at a time, an image cannot,
-				// and a slot kept would only idle the link
-				// (docs/benchmarks-history.md).
-				var slack time.Duration
-				if c.SmallPullsFirst {
-					slack = dueSlack
-				}
-				tc.Handback = gate.NewHandback(1, slack)
-			}
-			if c.RegistryConfigPath != "" {
-				tc.HostDirs = []string{c.RegistryConfigPath}
-			}
-			ts.Configure(tc)
+			ts.Configure(u.serviceConfig(c))
 			// Last, so a plugin that failed to load leaves gzip layers to
 			// containerd.
 			gunzip.Enable(c.GzipReadAhead)
-			// Pullwise's default differs from upstream's here, so say at
-			// start what a node does rather than leave it to debug lines.
-			log.G(ic.Context).WithFields(log.Fields{
-				"max_concurrent_downloads": c.MaxConcurrentDownloads,
-				"layers_at_once":           layersAtOnce,
-				"parallel":                 parallel,
-				"gzip_read_ahead":          c.GzipReadAhead,
-				"small_pulls_first":        c.SmallPullsFirst,
-				"link_priority":            c.LinkPriority,
-				"unpack_snapshotters":      tc.Unpacks,
-			}).Info("unpack configured")
-			if len(loaded) > 0 {
-				log.G(ic.Context).WithField("snapshotters", snapshotterKeys(loaded)).
-					Info("unpack platforms added for loaded snapshotters that unpack_config does not list, as CRI's local pull path would unpack into them")
-			}
+			u.log(ic.Context, c)
 			return ts, nil
 		},
 	})
@@ -212,10 +144,6 @@ func containerdUnpacks(parallel bool) int {
 	return 1
 }
 
-// unpackLimit is how many layers the node applies at once. Upstream reads
-// max_concurrent_unpacks of 1 (its default) or less as no limit; Pullwise
-// keeps the value when it is above 1 and otherwise uses one per CPU, which
-// keeps the CPUs busy while letting images finish one after another.
 // dueSlack is how much sooner, in lane.Ticket time, a pull must be due
 // than others to go before them, on the link and in unpacking: a second
 // at lane.Rate is about 100 MiB, so the images of a deployment burst,
@@ -223,6 +151,10 @@ func containerdUnpacks(parallel bool) int {
 // way to small ones.
 const dueSlack = time.Second
 
+// unpackLimit is how many layers the node applies at once. Upstream reads
+// max_concurrent_unpacks of 1 (its default) or less as no limit; Pullwise
+// keeps the value when it is above 1 and otherwise uses one per CPU, which
+// keeps the CPUs busy while letting images finish one after another.
 func unpackLimit(configured int) int {
 	if configured > 1 {
 		return configured

@@ -1,0 +1,108 @@
+package transfer
+
+import (
+	"context"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/metadata"
+	"github.com/containerd/containerd/v2/core/unpack"
+	"github.com/containerd/log"
+
+	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/applyopts"
+	"github.com/pullwise/pullwise/transfer/gate"
+	"github.com/pullwise/pullwise/transfer/implied"
+	"github.com/pullwise/pullwise/transfer/lane"
+	"github.com/pullwise/pullwise/transfer/lazy"
+	"github.com/pullwise/pullwise/transfer/space"
+)
+
+// unpacking is how the node's pulls apply their layers: the unpack
+// platforms, each wrapped so that its layers go through Pullwise's lane,
+// and what the lane shares with the transfer service.
+type unpacking struct {
+	platforms    []unpack.Platform
+	layersAtOnce int
+	// parallel: containerd applies the layers of an image at once
+	// (parallelUnpack).
+	parallel bool
+	// chains are the unpacker's locks on chain IDs, shared by every pull.
+	chains *lane.KeyedLock
+	ratio  *space.Ratio
+	loaded []unpack.Platform // added for snapshotters unpack_config leaves out
+}
+
+// newUnpacking wraps the configured platforms, and those added for loaded
+// snapshotters, in that order. Layers are applied through the lane, oldest
+// pull first; containerd's unpack limiter is on only for parallel unpack,
+// and never binds.
+func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platform) *unpacking {
+	u := &unpacking{
+		layersAtOnce: unpackLimit(c.MaxConcurrentUnpacks),
+		parallel:     parallelUnpack(c.MaxConcurrentUnpacks, configured),
+		chains:       lane.NewKeyedLock(),
+		ratio:        &space.Ratio{},
+		loaded:       loaded,
+	}
+	unpacks := lane.New(u.layersAtOnce)
+	if c.SmallPullsFirst {
+		unpacks = lane.Overtaking(u.layersAtOnce, dueSlack)
+	}
+	dirs := implied.NewDirs()
+	for _, up := range append(configured, loaded...) {
+		a := up.Applier
+		if u.parallel {
+			a = implied.Applier{Applier: a, Content: db.ContentStore(), Dirs: dirs}
+			up.Snapshotter = implied.Snapshotter{Snapshotter: up.Snapshotter, Dirs: dirs}
+		}
+		// CRI's apply options (image_pull_with_sync_fs, decryption) reach
+		// its pulls' layers through the context (transfer/applyopts).
+		up.Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: u.ratio}}, Lane: unpacks, Waited: u.chains.Waited}
+		up.Snapshotter = lazy.Snapshotter{Snapshotter: up.Snapshotter}
+		u.platforms = append(u.platforms, up)
+	}
+	return u
+}
+
+// serviceConfig is what Pullwise's transfer service shares with the
+// unpacking, from the config.
+func (u *unpacking) serviceConfig(c *config) transfer.Config {
+	tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(u.platforms), Ratio: u.ratio}
+	if c.LinkPriority {
+		tc.Link = lane.NewLink(dueSlack)
+	}
+	if u.parallel {
+		// Only one pull at a time unpacks without its slot: with the
+		// layers of an image unpacked in parallel, the oldest pulls can
+		// use every CPU, and downloads running ahead would take them. One
+		// layer at a time, an image cannot, and a slot kept would only
+		// idle the link (docs/benchmarks-history.md).
+		var slack time.Duration
+		if c.SmallPullsFirst {
+			slack = dueSlack
+		}
+		tc.Handback = gate.NewHandback(1, slack)
+	}
+	if c.RegistryConfigPath != "" {
+		tc.HostDirs = []string{c.RegistryConfigPath}
+	}
+	return tc
+}
+
+// log says at start what the node does: Pullwise's defaults differ from
+// upstream's here, which debug lines would leave to guesswork.
+func (u *unpacking) log(ctx context.Context, c *config) {
+	log.G(ctx).WithFields(log.Fields{
+		"max_concurrent_downloads": c.MaxConcurrentDownloads,
+		"layers_at_once":           u.layersAtOnce,
+		"parallel":                 u.parallel,
+		"gzip_read_ahead":          c.GzipReadAhead,
+		"small_pulls_first":        c.SmallPullsFirst,
+		"link_priority":            c.LinkPriority,
+		"unpack_snapshotters":      snapshotterKeys(u.platforms),
+	}).Info("unpack configured")
+	if len(u.loaded) > 0 {
+		log.G(ctx).WithField("snapshotters", snapshotterKeys(u.loaded)).
+			Info("unpack platforms added for loaded snapshotters that unpack_config does not list, as CRI's local pull path would unpack into them")
+	}
+}
