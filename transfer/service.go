@@ -16,7 +16,6 @@ import (
 
 	"github.com/containerd/containerd/v2/core/transfer"
 	"github.com/containerd/containerd/v2/defaults"
-	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/distribution/reference"
 
@@ -31,9 +30,9 @@ import (
 	"github.com/pullwise/pullwise/transfer/health"
 	"github.com/pullwise/pullwise/transfer/hub"
 	"github.com/pullwise/pullwise/transfer/lane"
-	"github.com/pullwise/pullwise/transfer/pullkey"
 	"github.com/pullwise/pullwise/transfer/lazy"
 	"github.com/pullwise/pullwise/transfer/pullctx"
+	"github.com/pullwise/pullwise/transfer/pullkey"
 	"github.com/pullwise/pullwise/transfer/source"
 	"github.com/pullwise/pullwise/transfer/space"
 )
@@ -160,157 +159,6 @@ func (s *Service) pull(ctx context.Context, src transfer.ImageFetcher, dst trans
 		s.metrics.pulls.WithLabelValues(OutcomeDeduped).Inc()
 	}
 	return err
-}
-
-// run is one pull, shared by every identical caller. It counts its own
-// outcome, since it may outlive the caller that started it.
-func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher, dst transfer.ImageStorer, progress func(transfer.Progress)) (err error) {
-	ref := imageOf(src)
-	p := s.pulls.add(key, ref, pullctx.PodFrom(ctx))
-	defer s.pulls.remove(p)
-	outcome := OutcomePulled
-	defer func() {
-		if err != nil && outcome != OutcomeTimedOut && outcome != OutcomeDiskFull {
-			outcome = OutcomeFailed
-		}
-		s.metrics.pulls.WithLabelValues(outcome).Inc()
-		s.hub.Finish(key, err)
-	}()
-
-	// Source labels the pull will rewrite or keep, read before the transfer
-	// image store wipes them.
-	prev := s.previousLabels(ctx, dst, digestOf(ref))
-	var rec *source.Fetcher
-	cfg := s.config.Load()
-	if f, ok, ferr := source.New(ctx, src, source.Hosts{Dirs: cfg.HostDirs, Health: cfg.Health, Downloads: cfg.Downloads, Link: cfg.Link}); ferr != nil {
-		log.G(ctx).WithError(ferr).WithField("ref", ref).Warn("pull source will not be recorded")
-	} else if ok {
-		defer f.Close()
-		src, rec = f, f
-	}
-
-	desc, fast, err := s.fastPath(ctx, src, dst)
-	if err != nil {
-		return explain(err, rec)
-	}
-	if fast {
-		outcome = OutcomeFastPath
-		s.recordSource(ctx, dst, rec, prev)
-		return nil
-	}
-	if desc != nil {
-		// The fast path resolved the tag already; don't ask the registry
-		// twice.
-		src = resolved{ImageFetcher: src, name: ref, desc: *desc}
-	}
-
-	// The ticket places the pull in the gate's line and in the lanes
-	// (lane.Ticket): by when it was asked for and, once known, its size.
-	ticket := lane.NewTicket(p.queued)
-	bypass := cfg.bypass[imageref.Normalize(ref)]
-	var pf *prefetch
-	prefetchable := rec != nil && onePlatform(dst) && !bypass
-	if prefetchable && cfg.Gate.Full() {
-		pf = s.startPrefetch(ctx, p, rec, dst, desc, ticket)
-	}
-	release, waited, err := cfg.Gate.Acquire(lane.WithTicket(ctx, ticket), bypass)
-	s.metrics.waitTime.Observe(waited.Seconds())
-	if err == nil {
-		s.pulls.start(p)
-	}
-	admit := cfg.Space != nil && prefetchable
-	underSlot := false
-	if err == nil && admit && pf == nil {
-		// The disk check needs the pull's size: its manifest, fetched
-		// under the slot as containerd would, which then reads it from
-		// memory.
-		pf, underSlot = s.startPrefetch(ctx, p, rec, dst, desc, ticket), true
-	}
-	if pf != nil {
-		if d, ok := pf.wait(ctx, err != nil); ok && desc == nil {
-			src = resolved{ImageFetcher: src, name: ref, desc: d}
-		}
-	}
-	if err != nil {
-		if errors.Is(err, errdefs.ErrResourceExhausted) {
-			outcome = OutcomeTimedOut
-		}
-		return fmt.Errorf("pull %s: %w", ref, err)
-	}
-	if underSlot && pf.err != nil {
-		// Every host has just answered what the pull would ask first (a
-		// wrong password, a 403, hosts down): asking again at once would
-		// double a failing pull's requests against stock's, for the same
-		// answer. A prefetch made while waiting for a slot is older: the
-		// pull asks again, as it would have.
-		if f := rec.Failure(); f != nil {
-			release()
-			return f
-		}
-	}
-	var need space.Need
-	if admit {
-		var freed func()
-		need, freed, release, err = s.admit(lane.WithTicket(ctx, ticket), p, pf, dst, cfg, release)
-		if err != nil {
-			var full *space.FullError
-			switch {
-			case errors.As(err, &full):
-				outcome = OutcomeDiskFull
-			case errors.Is(err, errdefs.ErrResourceExhausted):
-				outcome = OutcomeTimedOut
-			}
-			return fmt.Errorf("pull %s: %w", ref, err)
-		}
-		defer freed()
-	}
-	defer release()
-	turn := cfg.Handback.Start(ticket)
-	defer turn.Done()
-	defer func() {
-		if err == nil {
-			p.logTimeline(ctx)
-		}
-	}()
-
-	tap := func(ev transfer.Progress) {
-		s.pulls.observe(p, ev)
-		s.hub.Update(key, ev)
-		progress(ev)
-	}
-	if rec != nil {
-		rec.OnBlobBytes(s.downloadTap(key, p, progress))
-		if onePlatform(dst) {
-			// The slot bounds pulls talking to registries. Once every blob
-			// is in, only unpacking is left, which the unpack lane orders
-			// and bounds: the next pull may download meanwhile, so the
-			// link does not idle while this one unpacks. A hand back, if
-			// any, keeps that to a few pulls at a time.
-			rec.OnFetched(s.local.present(ctx), func() {
-				s.pulls.fetched(p)
-				turn.Fetched(release)
-			})
-			// Layers whose snapshots exist are not fetched, though their
-			// blobs may be gone (CRI's discard_unpacked_layers).
-			rec.OnUnpacked(s.local.snapshotted(ctx, dst.(transfer.ImageUnpacker).UnpackPlatforms()[0]))
-			// Downloads and unpacking serve first the pull that would be
-			// done first, by when it was asked for and what it has left
-			// (lane.Ticket).
-			rec.OnSize(ticket.Size)
-		}
-	}
-	tctx := lazy.WithObserver(lane.WithTicket(ctx, ticket), s.lazyLayer(p, rec, tap))
-	if err := s.next.Transfer(tctx, src, dst, transfer.WithProgress(tap)); err != nil {
-		if cfg.Space != nil {
-			if full := cfg.Space.Explain(err, need); full != nil {
-				outcome = OutcomeDiskFull
-				return fmt.Errorf("pull %s: %w", ref, full)
-			}
-		}
-		return explain(err, rec)
-	}
-	s.recordSource(ctx, dst, rec, prev)
-	return nil
 }
 
 // admit waits until the disk has room for what the pull, holding the
