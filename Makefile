@@ -20,7 +20,7 @@ INTEGRATION_TIMEOUT ?= 15m
 # integration run is otherwise thousands of lines above it.
 GOTESTSUM := $(GO) tool gotestsum
 
-.PHONY: all build containerd containerd-stock stargz bench bench-quick soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean release release-stage install deps-build deps-run deps-test
+.PHONY: all build containerd containerd-stock stargz bench bench-quick bench-fleet soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean release release-stage install deps-build deps-run deps-test
 
 all: build
 
@@ -213,6 +213,16 @@ soak: build
 # stock, each against the CPU bound. Root only, like bench.
 bench-quick: build containerd-stock
 	PULLWISE_BIN=$(BIN) PULLWISE_BENCH_PROFILES=loopback $(GO) test -count=1 -run '^$$' -bench 'CorpusNodeBoot' -benchtime 1x -timeout 10m ./integration/
+
+# A rollout to a fleet (integration/fleet): 1, 2, 4 and 8 daemons, each
+# in its own network namespace, pull one 40 MiB image from a registry in
+# another, behind a 400 Mbit/s link, at once and one after another, on
+# Pullwise and on stock: registry copies, GETs per blob, node pull times.
+# Root only: it makes network namespaces. About 90 s on 2 CPUs.
+bench-fleet: containerd containerd-stock
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "bench-fleet: needs root, as it makes network namespaces (run 'sudo make bench-fleet')"; exit 1; fi
+	PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 20m ./integration/fleet/
 
 # Costs of Pullwise's own code as pulls, images and subscribers grow; then
 # Pullwise against stock containerd in one run, on loopback registries;

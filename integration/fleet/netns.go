@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -97,12 +98,24 @@ func sweep() error {
 	for _, ns := range names {
 		pidText, _, _ := strings.Cut(strings.TrimPrefix(ns, Prefix), "-")
 		pid, err := strconv.Atoi(pidText)
-		if err == nil && (pid == os.Getpid() || syscall.Kill(pid, 0) == nil) {
+		if err == nil && (pid == os.Getpid() || alive(pid)) {
 			continue
 		}
 		errs = append(errs, removeNamespace(ns))
 	}
 	return errors.Join(errs...)
+}
+
+// alive reports whether process pid runs: it exists and is no zombie,
+// as a test binary killed a moment ago may still be.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command, which is in parentheses.
+	state := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(state) > 0 && state[0] != "Z" && state[0] != "X"
 }
 
 // link joins namespace member to the bridge in namespace hub with a veth
