@@ -53,6 +53,7 @@ type Fleet struct {
 	ID       string // the namespaces' common prefix
 	Registry *registry.Registry
 	HostsDir string // hosts.toml tree every node reads
+	RateMbit int    // the registry link's rate
 	tb       testing.TB
 	hub      string
 	nodes    int
@@ -89,7 +90,8 @@ func New(t testing.TB, opts Options) *Fleet {
 	if err := link(f.hub, "reg", reg, RegistryIP+subnet); err != nil {
 		t.Fatal(err)
 	}
-	if err := shape(reg, opts.rate()); err != nil {
+	f.RateMbit = opts.rate()
+	if err := shape(reg, f.RateMbit); err != nil {
 		t.Fatal(err)
 	}
 	f.Registry = registry.Start(t, registry.Options{Name: "fleet"})
@@ -135,7 +137,17 @@ func (f *Fleet) addNamespace(ns string) error {
 // a token bucket: a burst of 10 ms at that rate (no less than 64 KiB)
 // and up to 50 ms of queue, so TCP sees a link of that rate, not drops.
 func shape(ns string, mbit int) error {
-	burst := max(mbit*1000*1000/8/100, 64<<10)
+	burst := Burst(mbit)
 	return ip("tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root", "tbf",
 		"rate", fmt.Sprintf("%dmbit", mbit), "burst", fmt.Sprint(burst), "latency", "50ms")
+}
+
+// Burst is how many bytes the registry's link sends above its rate at
+// most, for tests that bound a transfer's time from below.
+func Burst(mbit int) int { return max(mbit*1000*1000/8/100, 64<<10) }
+
+// LinkTime is the least time the registry's link takes to send n bytes.
+func (f *Fleet) LinkTime(n int64) time.Duration {
+	bytesPerSecond := float64(f.RateMbit) * 1e6 / 8
+	return time.Duration(float64(max(n-int64(Burst(f.RateMbit)), 0)) / bytesPerSecond * float64(time.Second))
 }

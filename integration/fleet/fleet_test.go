@@ -39,6 +39,14 @@ func TestFleetPeersOff(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Logf("pull times by node: %v", took)
+				// The link is the registry's limit: no pull beats its share.
+				first, _, last := fleet.Spread(took)
+				if least := f.LinkTime(int64(n) * img.Bytes); mode == fleet.Simultaneous && last < least {
+					t.Errorf("%d nodes had their image after %s: %d Mbit/s send %d copies in no less than %s", n, last, f.RateMbit, n, least)
+				}
+				if least := f.LinkTime(img.Bytes); first < least {
+					t.Errorf("a node had its image after %s: %d Mbit/s send it in no less than %s", first, f.RateMbit, least)
+				}
 				eg := f.TakeEgress(t)
 				for _, node := range nodes[:n] {
 					assertFromRegistry(t, node, img)
