@@ -51,7 +51,7 @@ deps-build:
 deps-run:
 	@hack/deps.sh run libdeflate-dev runc
 deps-test:
-	@hack/deps.sh test libdeflate-dev protobuf-compiler runc tmux
+	@hack/deps.sh test libdeflate-dev protobuf-compiler runc tmux iproute2
 
 # Foreground daemon with the example config; root, state and socket stay
 # under ./_run so it does not touch a system containerd.
@@ -107,7 +107,7 @@ vet:
 	$(GO) vet ./...
 
 unit:
-	$(GOTESTSUM) --format standard-quiet -- -race -count=1 $$($(GO) list ./... | grep -v -e '/integration$$' -e '/integration/kubelet$$')
+	$(GOTESTSUM) --format standard-quiet -- -race -count=1 $$($(GO) list ./... | grep -v -e '/integration$$' -e '/integration/kubelet$$' -e '/integration/fleet$$')
 
 # Integration needs root (mounts, a real daemon). As root it always runs: it
 # never skips silently. Without root it says so and stops here.
@@ -115,6 +115,9 @@ integration: build containerd-stock release stargz
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "integration: skipped, needs root (run 'sudo make integration')"; exit 0; fi
 	PULLWISE_BIN=$(BIN) PULLWISE_RELEASE=$(RELEASE_TARBALL) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout $(INTEGRATION_TIMEOUT) ./integration/
+	# The fleet (N daemons in network namespaces) after, not beside: both
+	# would share the 2 CPUs a CI machine has.
+	PULLWISE_BIN=$(BIN) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout 5m ./integration/fleet/
 
 # Kubelet end to end: the real kubelet (make kubelet) on the real daemon,
 # root only, like integration, and never skipped as root. The image GC test

@@ -17,6 +17,8 @@ has() {
 	# bin/containerd links libdeflate statically: the header and the archive.
 	libdeflate-dev) [ -f /usr/include/libdeflate.h ] && compgen -G '/usr/lib/*/libdeflate.a' >/dev/null ;;
 	protobuf-compiler) command -v protoc >/dev/null 2>&1 ;;
+	# the fleet tests' namespaces, veths and shaped link: ip and tc.
+	iproute2) command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 ;;
 	*) command -v "$1" >/dev/null 2>&1 ;; # runc, tmux
 	esac
 }
