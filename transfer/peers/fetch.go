@@ -1,0 +1,212 @@
+package peers
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/opencontainers/go-digest"
+)
+
+// ErrNotFound is wrapped by Fetch's error when no peer served the blob:
+// none was found within FindTimeout, or every one found failed. The
+// caller goes to the registry.
+var ErrNotFound = errors.New("peers: no peer served the blob")
+
+// maxProviders bounds the providers a fetch looks for and tries.
+const maxProviders = 20
+
+// Fetch gets the blob dgst of size bytes (-1: whatever size the peer
+// announces, still checked against the digest) from a peer and returns
+// its bytes from offset on, and the ID of the peer that served it.
+//
+// No byte reaches the caller unverified: the whole blob is spooled to
+// a file in SpoolDir, hashed as it streams, and only a blob matching
+// its digest and size is returned; the file goes away on Close. A peer
+// that refuses, sends a wrong byte, stalls for ReadTimeout or breaks
+// off is counted under its reason and the next provider is tried. The
+// wait for providers adds up to FindTimeout at most; when it is over,
+// or no provider is left, the error wraps ErrNotFound.
+func (n *Node) Fetch(ctx context.Context, dgst digest.Digest, size, offset int64) (io.ReadCloser, string, error) {
+	f, total, p, err := n.fetch(ctx, dgst, size)
+	if err != nil {
+		return nil, "", err
+	}
+	if offset < 0 || offset > total {
+		f.Close()
+		return nil, "", fmt.Errorf("peers: offset %d outside %s of %d bytes", offset, dgst, total)
+	}
+	return spooled{io.NewSectionReader(f, offset, total-offset), f}, p.String(), nil
+}
+
+// spooled is a verified blob in its spool file.
+type spooled struct {
+	*io.SectionReader
+	f *os.File
+}
+
+func (s spooled) Close() error { return s.f.Close() }
+
+// fetch spools dgst from the first provider that serves it right, and
+// returns the file (positioned anywhere), the blob's size and the peer.
+func (n *Node) fetch(ctx context.Context, dgst digest.Digest, size int64) (*os.File, int64, peer.ID, error) {
+	c, err := blobCID(dgst)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	f, err := os.CreateTemp(n.cfg.SpoolDir, "pullwise-peer-*")
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("peers: spool: %w", err)
+	}
+	// Unlinked at once: the open file keeps the bytes, and nothing is
+	// left behind however the caller or the process ends.
+	os.Remove(f.Name())
+	findCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	provs := n.dht.FindProvidersAsync(findCtx, c, maxProviders)
+	wait := newBudget(n.cfg.FindTimeout)
+	tried := map[peer.ID]bool{n.ID(): true} // this node never serves itself
+	for {
+		ai, ok := wait.next(ctx, provs)
+		if !ok {
+			break
+		}
+		if tried[ai.ID] {
+			continue
+		}
+		tried[ai.ID] = true
+		got, reason, err := n.try(ctx, ai, dgst, size, f)
+		if err == nil {
+			return f, got, ai.ID, nil
+		}
+		if ctx.Err() != nil || reason == "" {
+			f.Close()
+			return nil, 0, "", err
+		}
+		n.stats.failed(reason)
+	}
+	f.Close()
+	if err := ctx.Err(); err != nil {
+		return nil, 0, "", err
+	}
+	n.stats.failed(ReasonNoPeer)
+	return nil, 0, "", fmt.Errorf("%w: %s (%d tried)", ErrNotFound, dgst, len(tried)-1)
+}
+
+// budget is the time a fetch may spend waiting for providers, in total:
+// the clock runs only while it waits, not while it tries a peer.
+type budget struct{ left time.Duration }
+
+func newBudget(d time.Duration) *budget { return &budget{left: d} }
+
+// next waits for the next provider, within what is left of the budget.
+func (b *budget) next(ctx context.Context, provs <-chan peer.AddrInfo) (peer.AddrInfo, bool) {
+	if b.left <= 0 {
+		return peer.AddrInfo{}, false
+	}
+	start := time.Now()
+	defer func() { b.left -= time.Since(start) }()
+	t := time.NewTimer(b.left)
+	defer t.Stop()
+	select {
+	case ai, ok := <-provs:
+		return ai, ok
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return peer.AddrInfo{}, false
+}
+
+// try spools dgst from one peer into f. It returns the blob's size, or
+// the reason the peer failed with, or no reason when the failure is this
+// node's own (its spool file) and no other peer would do better.
+func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, size int64, f *os.File) (int64, string, error) {
+	if err := rewind(f); err != nil {
+		return 0, "", err
+	}
+	n.host.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.TempAddrTTL)
+	dctx, cancel := context.WithTimeout(ctx, n.cfg.ReadTimeout)
+	s, err := n.host.NewStream(dctx, ai.ID, BlobProtocol)
+	cancel()
+	if err != nil {
+		return 0, ReasonDial, err
+	}
+	defer s.Reset()
+	// A caller that gives up ends the reads at once.
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	defer stop()
+	s.SetWriteDeadline(time.Now().Add(n.cfg.ReadTimeout))
+	if err := writeLine(s, request{Digest: dgst}); err != nil {
+		return 0, peerReason(err), err
+	}
+	body := &peerReader{s: s, timeout: n.cfg.ReadTimeout}
+	r := bufio.NewReaderSize(body, chunk)
+	var resp response
+	if err := readLine(r, &resp); err != nil {
+		return 0, peerReason(err), err
+	}
+	switch {
+	case resp.Error != "":
+		return 0, ReasonRefused, fmt.Errorf("peer %s: %s", ai.ID, resp.Error)
+	case resp.Size < 0 || (size >= 0 && resp.Size != size):
+		return 0, ReasonCorrupt, fmt.Errorf("peer %s announced %d bytes, want %d", ai.ID, resp.Size, size)
+	}
+	h := dgst.Algorithm().Hash()
+	if _, err := io.CopyN(io.MultiWriter(f, h), r, resp.Size); err != nil {
+		if body.err == nil {
+			return 0, "", fmt.Errorf("peers: spool: %w", err)
+		}
+		return 0, peerReason(body.err), err
+	}
+	if got := digest.NewDigest(dgst.Algorithm(), h); got != dgst {
+		return 0, ReasonCorrupt, fmt.Errorf("peer %s sent bytes of %s, want %s", ai.ID, got, dgst)
+	}
+	n.stats.fetched.Add(resp.Size)
+	return resp.Size, "", nil
+}
+
+// rewind empties the spool file for another peer's bytes.
+func rewind(f *os.File) error {
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("peers: spool: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("peers: spool: %w", err)
+	}
+	return nil
+}
+
+// peerReader reads a peer's stream, each read bounded by timeout, and
+// keeps the error the stream gave, to tell the peer's failures from the
+// spool file's.
+type peerReader struct {
+	s       network.Stream
+	timeout time.Duration
+	err     error
+}
+
+func (p *peerReader) Read(b []byte) (int, error) {
+	p.s.SetReadDeadline(time.Now().Add(p.timeout))
+	k, err := p.s.Read(b)
+	if err != nil {
+		p.err = err
+	}
+	return k, err
+}
+
+// peerReason names how a peer's stream failed.
+func peerReason(err error) string {
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return ReasonStalled
+	}
+	return ReasonBroken
+}

@@ -1,0 +1,86 @@
+package peers
+
+import (
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Reasons a fetch from one peer failed, as counted in Stats.FetchFailures
+// and pullwise_peer_fetch_failures_total. Every peer tried and given up on
+// counts once; ReasonNoPeer counts a Fetch that no peer served at all.
+const (
+	ReasonNoPeer  = "no_peer" // no provider served the blob: the caller goes to the registry
+	ReasonDial    = "dial"    // the peer could not be reached in ReadTimeout
+	ReasonRefused = "refused" // the peer answered that it does not hold the blob
+	ReasonCorrupt = "corrupt" // the bytes did not match the digest or the size
+	ReasonStalled = "stalled" // the peer sent nothing for ReadTimeout
+	ReasonBroken  = "broken"  // the stream failed or broke the protocol
+)
+
+var reasons = []string{ReasonNoPeer, ReasonDial, ReasonRefused, ReasonCorrupt, ReasonStalled, ReasonBroken}
+
+// Stats is a snapshot of a node's counters since it started.
+type Stats struct {
+	BytesServed   int64            // blob bytes sent to peers
+	BytesFetched  int64            // verified blob bytes received from peers
+	FetchFailures map[string]int64 // by Reason*
+}
+
+// counters are a node's counters; they are read as a Stats snapshot or
+// collected by prometheus through Node.Collector.
+type counters struct {
+	served, fetched atomic.Int64
+	mu              sync.Mutex
+	failures        map[string]int64
+}
+
+func (c *counters) failed(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failures == nil {
+		c.failures = map[string]int64{}
+	}
+	c.failures[reason]++
+}
+
+func (c *counters) snapshot() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := maps.Clone(c.failures)
+	if f == nil {
+		f = map[string]int64{}
+	}
+	return Stats{BytesServed: c.served.Load(), BytesFetched: c.fetched.Load(), FetchFailures: f}
+}
+
+var (
+	servedDesc = prometheus.NewDesc("pullwise_peer_bytes_served_total",
+		"Blob bytes this node sent to its peers.", nil, nil)
+	fetchedDesc = prometheus.NewDesc("pullwise_peer_bytes_fetched_total",
+		"Verified blob bytes this node fetched from its peers.", nil, nil)
+	failuresDesc = prometheus.NewDesc("pullwise_peer_fetch_failures_total",
+		"Fetches from peers given up on, by reason.", []string{"reason"}, nil)
+)
+
+// collector exports a node's counters to prometheus.
+type collector struct{ c *counters }
+
+func (m collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- servedDesc
+	ch <- fetchedDesc
+	ch <- failuresDesc
+}
+
+func (m collector) Collect(ch chan<- prometheus.Metric) {
+	s := m.c.snapshot()
+	ch <- prometheus.MustNewConstMetric(servedDesc, prometheus.CounterValue, float64(s.BytesServed))
+	ch <- prometheus.MustNewConstMetric(fetchedDesc, prometheus.CounterValue, float64(s.BytesFetched))
+	// Every reason is exported, zero or not, so rate() works from the
+	// first failure on.
+	for _, r := range reasons {
+		ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(s.FetchFailures[r]), r)
+	}
+}

@@ -1,0 +1,68 @@
+package peers
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/opencontainers/go-digest"
+)
+
+// BlobProtocol is the libp2p protocol a node serves blobs on. The wire
+// format (see the package doc) is one JSON line each way, then raw bytes.
+const BlobProtocol protocol.ID = "/pullwise/blob/1"
+
+// maxLine bounds a header line, so a peer cannot make the other side
+// buffer without end before a single blob byte.
+const maxLine = 1024
+
+// request asks for the bytes of a blob from Offset to its end.
+type request struct {
+	Digest digest.Digest `json:"digest"`
+	Offset int64         `json:"offset"`
+}
+
+// response precedes the body: the blob's full size, or why there is no
+// body. Size-Offset bytes follow a response without Error.
+type response struct {
+	Size  int64  `json:"size"`
+	Error string `json:"error,omitempty"`
+}
+
+// errNotHeld is the Error a server answers for a blob it does not hold.
+const errNotHeld = "not found"
+
+func writeLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// readLine reads one JSON line of at most maxLine bytes into v.
+func readLine(r *bufio.Reader, v any) error {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > maxLine {
+			return errors.New("header line too long")
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return err
+		}
+	}
+	// Unknown fields are ignored, so a later version can add some.
+	if err := json.Unmarshal(line, v); err != nil {
+		return fmt.Errorf("bad header line: %w", err)
+	}
+	return nil
+}
