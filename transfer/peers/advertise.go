@@ -59,38 +59,72 @@ func (n *Node) holds(ctx context.Context, dgst digest.Digest) bool {
 	return true
 }
 
-// reprovideLoop announces again, every RecordTTL/2, what is advertised
-// and still held, and forgets what the store no longer has.
+// Offer advertises dgsts without waiting on the DHT: the announce loop
+// announces those not yet held at once, and all of them again while the
+// store holds them. A pull offers its blobs as it ends, and must not wait
+// for a DHT that may take seconds to reach in a large cluster.
+func (n *Node) Offer(dgsts ...digest.Digest) {
+	n.mu.Lock()
+	for _, d := range dgsts {
+		if _, ok := n.held[d]; !ok {
+			n.held[d] = struct{}{}
+			n.fresh = append(n.fresh, d)
+		}
+	}
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// reprovideLoop announces what is offered as it comes, and every
+// RecordTTL/2 again what is advertised and still held; it forgets what
+// the store no longer has.
 func (n *Node) reprovideLoop() {
 	t := time.NewTicker(n.cfg.RecordTTL / 2)
 	defer t.Stop()
 	for {
+		var ds []digest.Digest
 		select {
 		case <-n.ctx.Done():
 			return
+		case <-n.wake:
+			n.mu.Lock()
+			ds, n.fresh = n.fresh, nil
+			n.mu.Unlock()
 		case <-t.C:
-		}
-		n.mu.Lock()
-		var ds []digest.Digest
-		for d := range n.held {
-			ds = append(ds, d)
-		}
-		n.mu.Unlock()
-		for _, d := range ds {
-			if n.ctx.Err() != nil {
-				return
+			n.mu.Lock()
+			for d := range n.held {
+				ds = append(ds, d)
 			}
-			if !n.holds(n.ctx, d) {
-				n.Forget(d)
-				continue
-			}
-			c, _ := blobCID(d)
-			ctx, cancel := context.WithTimeout(n.ctx, provideTimeout)
-			if err := n.dht.Provide(ctx, c, true); err != nil {
-				log.G(ctx).WithError(err).Debugf("peers: announce %s again", d)
-			}
-			cancel()
+			n.mu.Unlock()
 		}
+		n.announce(ds)
+	}
+}
+
+// announce provides each of ds the store still holds, and forgets the
+// others.
+func (n *Node) announce(ds []digest.Digest) {
+	for _, d := range ds {
+		if n.ctx.Err() != nil {
+			return
+		}
+		if !n.holds(n.ctx, d) {
+			n.Forget(d)
+			continue
+		}
+		c, err := blobCID(d)
+		if err != nil {
+			n.Forget(d)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, provideTimeout)
+		if err := n.dht.Provide(ctx, c, true); err != nil {
+			log.G(ctx).WithError(err).Debugf("peers: announce %s", d)
+		}
+		cancel()
 	}
 }
 

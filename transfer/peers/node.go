@@ -44,6 +44,8 @@ type Node struct {
 	mu     sync.Mutex
 	closed bool
 	held   map[digest.Digest]struct{} // advertised, announced again while held
+	fresh  []digest.Digest            // offered, not yet announced
+	wake   chan struct{}              // the announce loop has fresh work
 }
 
 // New starts a node: a libp2p host on cfg.ListenAddr that only peers
@@ -108,6 +110,7 @@ func New(ctx context.Context, cfg Config, store content.Provider) (*Node, error)
 		up:    newThrottle(cfg.UploadBytesPerSec),
 		boot:  boot,
 		held:  map[digest.Digest]struct{}{},
+		wake:  make(chan struct{}, 1),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	h.SetStreamHandler(BlobProtocol, n.serve)

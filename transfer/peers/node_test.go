@@ -12,6 +12,8 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/pullwise/pullwise/internal/await"
 )
 
 // TestFetchFromAPeer: C fetches a blob A holds, whole and from offsets,
@@ -256,4 +258,35 @@ func tcpPort(t *testing.T, n *Node) string {
 	}
 	t.Fatal("no tcp address")
 	return ""
+}
+
+// TestOfferedBlobIsFound: a blob offered, not advertised in line, is
+// announced by the node's own loop, and a peer then fetches it; a digest
+// offered that the store does not hold is never announced.
+func TestOfferedBlobIsFound(t *testing.T) {
+	key := clusterKey(t)
+	store := localStore(t)
+	a := startNode(t, testConfig(t, key), store)
+	c := startNode(t, testConfig(t, key, a), localStore(t))
+	awaitMesh(t, a, c)
+	blob, _ := randomBlob(t, 64<<10)
+	dgst := put(t, store, blob)
+	_, missing := randomBlob(t, 1<<10)
+	a.Offer(dgst, missing)
+	await.Until(t, 10*time.Second, "the offered blob to be fetched from A", func() bool {
+		rc, _, err := c.Fetch(context.Background(), dgst, int64(len(blob)), 0)
+		if err != nil {
+			return false
+		}
+		if got := readAll(t, rc); !bytes.Equal(got, blob) {
+			t.Fatal("fetched bytes differ from the offered blob")
+		}
+		return true
+	})
+	await.Until(t, 10*time.Second, "A to forget the digest it does not hold", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		_, ok := a.held[missing]
+		return !ok
+	})
 }
