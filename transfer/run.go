@@ -14,6 +14,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/imageref"
 	"github.com/pullwise/pullwise/transfer/lane"
 	"github.com/pullwise/pullwise/transfer/lazy"
+	"github.com/pullwise/pullwise/transfer/peers"
 	"github.com/pullwise/pullwise/transfer/pullctx"
 	"github.com/pullwise/pullwise/transfer/source"
 	"github.com/pullwise/pullwise/transfer/space"
@@ -69,6 +70,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	if fast {
 		outcome = OutcomeFastPath
 		s.recordSource(ctx, dst, r.rec, prev)
+		s.offer(ctx, dst)
 		return nil
 	}
 
@@ -105,6 +107,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		return explain(err, r.rec)
 	}
 	s.recordSource(ctx, dst, r.rec, prev)
+	s.offer(ctx, dst)
 	return nil
 }
 
@@ -113,7 +116,11 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 // as it is, unrecorded. It returns the func that closes it.
 func (r *running) recorded(ctx context.Context) (closeSource func()) {
 	cfg := r.cfg
-	f, ok, err := source.New(ctx, r.src, source.Hosts{Dirs: cfg.HostDirs, Health: cfg.Health, Downloads: cfg.Downloads, Link: cfg.Link})
+	hosts := source.Hosts{Dirs: cfg.HostDirs, Health: cfg.Health, Downloads: cfg.Downloads, Link: cfg.Link}
+	if cfg.Peers != nil {
+		hosts.Peers = peers.NewTransport(cfg.Peers)
+	}
+	f, ok, err := source.New(ctx, r.src, hosts)
 	if err != nil {
 		log.G(ctx).WithError(err).WithField("ref", r.ref).Warn("pull source will not be recorded")
 	}

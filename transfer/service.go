@@ -32,6 +32,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/lane"
 	"github.com/pullwise/pullwise/transfer/lazy"
 	"github.com/pullwise/pullwise/transfer/pullctx"
+	"github.com/pullwise/pullwise/transfer/peers"
 	"github.com/pullwise/pullwise/transfer/pullkey"
 	"github.com/pullwise/pullwise/transfer/source"
 	"github.com/pullwise/pullwise/transfer/space"
@@ -83,6 +84,9 @@ type Config struct {
 	// Ratio learns, from the layers unpacked, what a compressed byte
 	// takes on disk unpacked, for Space.
 	Ratio *space.Ratio
+	// Peers, when set, are asked for every blob before the registries,
+	// and learn the blobs of every image pulled (transfer/peers).
+	Peers *peers.Node
 }
 
 type config struct {

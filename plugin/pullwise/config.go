@@ -52,6 +52,34 @@ type Config struct {
 	// store's, the snapshotter's) is kept free: a pull that would eat
 	// into it waits for room, within pull_queue_timeout (transfer/space).
 	DiskReservePercent int `toml:"disk_reserve_percent"`
+	// Peers is [plugins."io.containerd.grpc.v1.pullwise".peers].
+	Peers PeersConfig `toml:"peers"`
+}
+
+// PeersConfig is the node's peers (transfer/peers): nodes of one cluster
+// fetch layer blobs from each other before the registry. Off by default.
+type PeersConfig struct {
+	Enabled bool `toml:"enabled"`
+	// ListenAddress is the libp2p multiaddr peers connect to.
+	ListenAddress string `toml:"listen_address"`
+	// Bootstrap lists peers to join through: multiaddrs ending in
+	// /p2p/<id>, or "dns:name:port" (a headless Service's name).
+	Bootstrap []string `toml:"bootstrap"`
+	// KeyFile is the node's libp2p identity, made if missing; "" keeps
+	// it in the plugin's directory under containerd's root.
+	KeyFile string `toml:"key_file"`
+	// ClusterKeyFile is the cluster's pre-shared key, required: only
+	// nodes holding it can connect.
+	ClusterKeyFile string `toml:"cluster_key_file"`
+	// UploadBytesPerSecond caps what the node serves to all peers
+	// together; 0 is no cap.
+	UploadBytesPerSecond int64 `toml:"upload_bytes_per_second"`
+	// FindTimeout bounds the look-up of peers holding a blob, what a
+	// blob no peer has costs before the registry is asked.
+	FindTimeout Duration `toml:"find_timeout"`
+	// ReadTimeout bounds every wait on one peer; a peer silent for
+	// longer is given up for the next one, or the registry.
+	ReadTimeout Duration `toml:"read_timeout"`
 }
 
 // Values of AlwaysPullPolicy.
@@ -86,6 +114,14 @@ func DefaultConfig() *Config {
 		// 10-15% free), so pulls that kubelet expects to fit still do,
 		// while the node keeps room for logs and containers' writes.
 		DiskReservePercent: 5,
+		Peers: PeersConfig{
+			ListenAddress: "/ip4/0.0.0.0/tcp/5001",
+			// A tenth of a 10 Gbit/s NIC: a node serving a rollout keeps
+			// most of its link for its own pulls and its pods.
+			UploadBytesPerSecond: 128 << 20,
+			FindTimeout:          Duration(500 * time.Millisecond),
+			ReadTimeout:          Duration(5 * time.Second),
+		},
 	}
 }
 
@@ -117,6 +153,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("registry_max_retry_wait must not be negative, got %s", c.RegistryMaxRetryWait)
 	case c.DiskReservePercent < 0 || c.DiskReservePercent > 50:
 		return fmt.Errorf("disk_reserve_percent must be 0-50, got %d", c.DiskReservePercent)
+	case c.Peers.Enabled && c.Peers.ClusterKeyFile == "":
+		return fmt.Errorf("peers.cluster_key_file is required when peers are enabled: without it any host that reaches this node could read its blobs (docs/peers.md says how to make one)")
+	case c.Peers.UploadBytesPerSecond < 0:
+		return fmt.Errorf("peers.upload_bytes_per_second must be 0 (no cap) or more, got %d", c.Peers.UploadBytesPerSecond)
+	case c.Peers.Enabled && (c.Peers.FindTimeout <= 0 || c.Peers.ReadTimeout <= 0):
+		return fmt.Errorf("peers.find_timeout and peers.read_timeout must be positive, got %s and %s", c.Peers.FindTimeout, c.Peers.ReadTimeout)
 	case c.RegistryCooldown > 0 && c.RegistryMaxCooldown < c.RegistryCooldown:
 		return fmt.Errorf("registry_max_cooldown (%s) must be at least registry_cooldown (%s)", c.RegistryMaxCooldown, c.RegistryCooldown)
 	}

@@ -6,6 +6,7 @@ package pullwise
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,7 +36,7 @@ func init() {
 		Config: DefaultConfig(),
 		// CRI's images plugin must have settled its pull path before it is
 		// read here.
-		Requires: []plugin.Type{plugins.CRIServicePlugin, plugins.MetadataPlugin},
+		Requires: []plugin.Type{plugins.CRIServicePlugin, plugins.MetadataPlugin, plugins.ContentPlugin},
 		InitFn: func(ic *plugin.InitContext) (any, error) {
 			c := ic.Config.(*Config)
 			if err := c.Validate(); err != nil {
@@ -69,6 +70,17 @@ func init() {
 			tc.Health = health.New(c.Health())
 			if err := prometheus.Register(tc.Health); err != nil {
 				return nil, fmt.Errorf("register registry health metrics: %w", err)
+			}
+			closePeers := func() error { return nil }
+			if c.Peers.Enabled {
+				// Peers that cannot start (a port taken, a key unreadable)
+				// leave pulls to the registries, as with peers off: the
+				// node still pulls, and says why it shares nothing.
+				if tc.Peers, err = startPeers(ic, c.Peers); err != nil {
+					log.G(ic.Context).WithError(err).Error("!!! peers not started: pulls go to the registries only")
+				} else {
+					closePeers = tc.Peers.Close
+				}
 			}
 			ts.Configure(tc)
 			log.G(ic.Context).WithFields(log.Fields{
@@ -116,7 +128,7 @@ func init() {
 				Sources:  sources,
 				Decider:  newDecider(ic.Plugins(), ts, store, sources),
 				Progress: srv,
-				Close:    srv.Close,
+				Close:    func() error { return errors.Join(srv.Close(), closePeers()) },
 			}), nil
 		},
 	})

@@ -20,11 +20,18 @@ type Endpoint struct {
 }
 
 // Roles of a host in a pull's host list: hosts.toml lists mirrors first and
-// the server last.
+// the server last. The node's peers (transfer/peers), when on, come before
+// them all, for blobs only.
 const (
+	RolePeer     = "peer"
 	RoleMirror   = "mirror"
 	RoleUpstream = "upstream"
 )
+
+// PeerHeader is the response header in which a host that fronts several
+// servers, the node's peers, names the one that served a blob; its bytes
+// are counted for "peer/<name>".
+const PeerHeader = "Pullwise-Peer"
 
 // Node is what every pull on the node shares. Each part may be nil.
 type Node struct {

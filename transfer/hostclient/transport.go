@@ -236,10 +236,18 @@ func (t *transport) body(ctx context.Context, cancel context.CancelCauseFunc, r 
 		if r.Method == http.MethodGet {
 			// Bytes are counted as the body is read, since a fetch may stop
 			// early or resume with a range request.
-			b.add = t.obs.Blob(r.first.URL.Host, r.ref)
+			b.add = t.obs.Blob(servedBy(resp, r.first.URL.Host), r.ref)
 		}
 	}
 	return b
+}
+
+// servedBy is who served resp: the peer its host names, or host.
+func servedBy(resp *http.Response, host string) string {
+	if p := resp.Header.Get(PeerHeader); p != "" {
+		return "peer/" + p
+	}
+	return host
 }
 
 // attempted tells the observer how a request went.

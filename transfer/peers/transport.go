@@ -8,11 +8,9 @@ import (
 	"strings"
 
 	"github.com/opencontainers/go-digest"
-)
 
-// PeerHeader, on a response of Transport, names the peer ID that served
-// the blob, for the per-blob pull record.
-const PeerHeader = "Pullwise-Peer"
+	"github.com/pullwise/pullwise/transfer/hostclient"
+)
 
 // Transport makes the node one more registry host for containerd's
 // resolver: a GET of /v2/<repo>/blobs/<digest> is answered through
@@ -58,7 +56,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp := reply(req, status, body, end-start)
 	resp.Header.Set("Content-Type", "application/octet-stream")
 	resp.Header.Set("Docker-Content-Digest", dgst.String())
-	resp.Header.Set(PeerHeader, p.String())
+	resp.Header.Set(hostclient.PeerHeader, p.String())
 	if ranged {
 		resp.Header.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, end-1, size))
 	}

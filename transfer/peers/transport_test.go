@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/pullwise/pullwise/transfer/hostclient"
 )
 
 // TestTransport: the node as a registry host answers blob GETs, whole
@@ -63,8 +65,8 @@ func TestTransport(t *testing.T) {
 			if cr := resp.Header.Get("Content-Range"); cr != tc.contentRange {
 				t.Fatalf("Content-Range %q, want %q", cr, tc.contentRange)
 			}
-			if tc.status < 300 && resp.Header.Get(PeerHeader) != a.ID().String() {
-				t.Fatalf("%s %q, want A %s", PeerHeader, resp.Header.Get(PeerHeader), a.ID())
+			if tc.status < 300 && resp.Header.Get(hostclient.PeerHeader) != a.ID().String() {
+				t.Fatalf("%s %q, want A %s", hostclient.PeerHeader, resp.Header.Get(hostclient.PeerHeader), a.ID())
 			}
 			// A request that is not a blob GET never reaches the DHT:
 			// a lookup would count a failure or bytes.

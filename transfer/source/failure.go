@@ -82,6 +82,10 @@ func (r *Recorder) Failure(ref string) error {
 	lastTried := map[res]bool{}
 	var order []res
 	for _, a := range r.attempts {
+		if a.Endpoint.Role == hostclient.RolePeer {
+			// A peer that lacks a blob is not the registries failing.
+			continue
+		}
 		k := res{a.Kind, a.Ref}
 		if !slices.Contains(order, k) {
 			order = append(order, k)
@@ -100,7 +104,7 @@ func (r *Recorder) Failure(ref string) error {
 		e := &AllFailedError{Ref: ref}
 		seen := map[health.Key]int{}
 		for _, a := range r.attempts {
-			if a.Kind != k.kind || a.Ref != k.ref {
+			if a.Kind != k.kind || a.Ref != k.ref || a.Endpoint.Role == hostclient.RolePeer {
 				continue
 			}
 			ep := a.Endpoint

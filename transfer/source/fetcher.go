@@ -88,7 +88,7 @@ func New(ctx context.Context, src transfer.ImageFetcher, nodeHosts Hosts) (f *Fe
 	}
 	f.downloads = nodeHosts.Downloads
 	hosts := Hosts{Dirs: dirs, DefaultScheme: res.GetDefaultScheme(), Headers: http.Header{},
-		Health: nodeHosts.Health, Downloads: nodeHosts.Downloads, Link: nodeHosts.Link}
+		Health: nodeHosts.Health, Downloads: nodeHosts.Downloads, Link: nodeHosts.Link, Peers: nodeHosts.Peers}
 	if f.creds != nil {
 		hosts.Credentials = credentialAsker(ctx, f.creds, desc.Reference)
 	}
@@ -115,6 +115,9 @@ type Hosts struct {
 	// Link, with Downloads, pauses the bodies of pulls that would finish
 	// well after others downloading (lane.Link).
 	Link *lane.Link
+	// Peers, when set, is the node's peers (transfer/peers), asked for
+	// every blob before the registry's hosts.
+	Peers http.RoundTripper
 }
 
 // node is what every pull on the node shares, for the host clients.
@@ -172,12 +175,39 @@ func NewResolver(ctx context.Context, h Hosts, rec *Recorder) remotes.Resolver {
 					})
 				}
 			}
-			configured[host] = hs
-			return hs, nil
+			// hs stays the registry's hosts alone: renew counts them.
+			all := withPeers(hs, h.Peers, keys, rec)
+			configured[host] = all
+			return all, nil
 		},
 		Headers: h.Headers,
 	})
 }
+
+// withPeers puts the node's peers, when on, before the registry's hosts,
+// for blobs only (HostCapabilityPull without Resolve: tags and manifests
+// never come from a peer, and its transport answers 404 to any manifest).
+// It takes no download place and no health or link from the node: a
+// blob from a peer is not the registry's link, and the peers bound their
+// own waits (peers.Config).
+func withPeers(hs []docker.RegistryHost, peers http.RoundTripper, later []health.Key, rec *Recorder) []docker.RegistryHost {
+	if peers == nil || len(hs) == 0 {
+		return hs
+	}
+	ep := hostclient.Endpoint{Key: health.Key{Scheme: "http", Host: peersHost, Path: "/v2"}, Role: hostclient.RolePeer, Later: later}
+	p := docker.RegistryHost{
+		Client:       hostclient.Wrap(&http.Client{Transport: peers}, hostclient.Node{}, ep, rec.observer()),
+		Host:         peersHost,
+		Scheme:       "http",
+		Path:         "/v2",
+		Capabilities: docker.HostCapabilityPull,
+	}
+	return append([]docker.RegistryHost{p}, hs...)
+}
+
+// peersHost names the peers in request URLs; nothing dials it, as the
+// peers' transport answers every request itself.
+const peersHost = "peers.pullwise.invalid"
 
 // hostDirFunc looks a registry host up in each config_path root in turn.
 // CRI's default is the list "/etc/containerd/certs.d:/etc/docker/certs.d",
