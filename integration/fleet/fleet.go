@@ -57,6 +57,8 @@ type Fleet struct {
 	tb       testing.TB
 	hub      string
 	nodes    int
+	// clusterKey is the peers' key file, made by the first PeersConfig.
+	clusterKey string
 }
 
 // New makes the bridge and the registry's namespace, starts the

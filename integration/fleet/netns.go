@@ -2,8 +2,10 @@ package fleet
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -160,30 +162,51 @@ func listenIn(ns, addr string) (net.Listener, error) {
 
 // inNamespace runs fn with the calling thread, which must be locked, in
 // ns, and unlocks the thread once it is back in its own namespace.
-func inNamespace(ns string, fn func() (net.Listener, error)) (net.Listener, error) {
+func inNamespace[T io.Closer](ns string, fn func() (T, error)) (T, error) {
+	var none T
 	self, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
 		runtime.UnlockOSThread()
-		return nil, err
+		return none, err
 	}
 	defer self.Close()
 	target, err := os.Open(netnsDir + ns)
 	if err != nil {
 		runtime.UnlockOSThread()
-		return nil, err
+		return none, err
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("enter netns %s: %w", ns, err)
+		return none, fmt.Errorf("enter netns %s: %w", ns, err)
 	}
-	ln, err := fn()
+	v, err := fn()
 	if berr := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); berr != nil {
-		if ln != nil {
-			ln.Close()
+		if err == nil {
+			v.Close()
 		}
-		return nil, fmt.Errorf("leave netns %s: %w", ns, berr)
+		return none, fmt.Errorf("leave netns %s: %w", ns, berr)
 	}
 	runtime.UnlockOSThread()
-	return ln, err
+	return v, err
+}
+
+// dialIn connects to addr from inside namespace ns, as listenIn listens:
+// the socket stays in the namespace it was made in.
+func dialIn(ctx context.Context, ns, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		c, err := inNamespace(ns, func() (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		})
+		done <- result{c, err}
+	}()
+	r := <-done
+	return r.c, r.err
 }

@@ -47,7 +47,7 @@ func (f *Fleet) AddNode(t testing.TB, opts daemon.Options) *Node {
 	if i >= 240 {
 		t.Fatal("a fleet has at most 240 nodes")
 	}
-	n := &Node{Name: fmt.Sprintf("n%d", i), IP: fmt.Sprintf("198.18.0.%d", 10+i)}
+	n := &Node{Name: fmt.Sprintf("n%d", i), IP: nodeIP(i)}
 	n.NetNS = f.ID + "-" + n.Name
 	if err := f.addNamespace(n.NetNS); err != nil {
 		t.Fatal(err)

@@ -123,6 +123,8 @@ func (n *Node) announce(ds []digest.Digest) {
 		ctx, cancel := context.WithTimeout(n.ctx, provideTimeout)
 		if err := n.dht.Provide(ctx, c, true); err != nil {
 			log.G(ctx).WithError(err).Debugf("peers: announce %s", d)
+		} else {
+			n.stats.announced.Add(1)
 		}
 		cancel()
 	}

@@ -27,14 +27,15 @@ type Stats struct {
 	BytesServed   int64            // blob bytes sent to peers
 	BytesFetched  int64            // verified blob bytes received from peers
 	FetchFailures map[string]int64 // by Reason*
+	Announced     int64            // announcements of a held blob that reached the DHT
 }
 
 // counters are a node's counters; they are read as a Stats snapshot or
 // collected by prometheus through Node.Collector.
 type counters struct {
-	served, fetched atomic.Int64
-	mu              sync.Mutex
-	failures        map[string]int64
+	served, fetched, announced atomic.Int64
+	mu                         sync.Mutex
+	failures                   map[string]int64
 }
 
 func (c *counters) failed(reason string) {
@@ -53,7 +54,7 @@ func (c *counters) snapshot() Stats {
 	if f == nil {
 		f = map[string]int64{}
 	}
-	return Stats{BytesServed: c.served.Load(), BytesFetched: c.fetched.Load(), FetchFailures: f}
+	return Stats{BytesServed: c.served.Load(), BytesFetched: c.fetched.Load(), FetchFailures: f, Announced: c.announced.Load()}
 }
 
 var (
@@ -63,12 +64,21 @@ var (
 		"Verified blob bytes this node fetched from its peers.", nil, nil)
 	failuresDesc = prometheus.NewDesc("pullwise_peer_fetch_failures_total",
 		"Fetches from peers given up on, by reason.", []string{"reason"}, nil)
+	announcedDesc = prometheus.NewDesc("pullwise_peer_announcements_total",
+		"Announcements of a blob this node holds that reached the DHT.", nil, nil)
+	connectedDesc = prometheus.NewDesc("pullwise_peers_connected",
+		"Peers this node is connected to in its DHT.", nil, nil)
 )
 
 // collector exports a node's counters to prometheus.
-type collector struct{ c *counters }
+type collector struct {
+	c     *counters
+	peers func() int
+}
 
 func (m collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connectedDesc
+	ch <- announcedDesc
 	ch <- servedDesc
 	ch <- fetchedDesc
 	ch <- failuresDesc
@@ -76,6 +86,8 @@ func (m collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (m collector) Collect(ch chan<- prometheus.Metric) {
 	s := m.c.snapshot()
+	ch <- prometheus.MustNewConstMetric(connectedDesc, prometheus.GaugeValue, float64(m.peers()))
+	ch <- prometheus.MustNewConstMetric(announcedDesc, prometheus.CounterValue, float64(s.Announced))
 	ch <- prometheus.MustNewConstMetric(servedDesc, prometheus.CounterValue, float64(s.BytesServed))
 	ch <- prometheus.MustNewConstMetric(fetchedDesc, prometheus.CounterValue, float64(s.BytesFetched))
 	// Every reason is exported, zero or not, so rate() works from the

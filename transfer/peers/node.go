@@ -191,4 +191,6 @@ func (n *Node) Stats() Stats { return n.stats.snapshot() }
 // Collector exports the counters as pullwise_peer_bytes_served_total,
 // pullwise_peer_bytes_fetched_total and
 // pullwise_peer_fetch_failures_total{reason}; the caller registers it.
-func (n *Node) Collector() prometheus.Collector { return collector{&n.stats} }
+func (n *Node) Collector() prometheus.Collector {
+	return collector{c: &n.stats, peers: func() int { return len(n.Peers()) }}
+}

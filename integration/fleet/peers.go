@@ -1,0 +1,69 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pullwise/pullwise/transfer/peers"
+)
+
+// PeersConfig is the config that turns peers on for a node of f: every
+// node holds the fleet's cluster key and joins through the first node,
+// n0, by its address ("dns:" with an IP needs no name service).
+func (f *Fleet) PeersConfig(t testing.TB) string {
+	t.Helper()
+	if f.clusterKey == "" {
+		f.clusterKey = filepath.Join(t.TempDir(), "cluster.key")
+		if err := peers.GenerateClusterKey(f.clusterKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fmt.Sprintf(`
+[plugins."io.containerd.grpc.v1.pullwise".peers]
+  enabled = true
+  cluster_key_file = %q
+  bootstrap = ["dns:%s:5001"]
+`, f.clusterKey, nodeIP(0))
+}
+
+// nodeIP is node i's address on the bridge.
+func nodeIP(i int) string { return fmt.Sprintf("198.18.0.%d", 10+i) }
+
+// Metric is the value of a prometheus sample of node n, named as the
+// exposition writes it (`name` or `name{label="v"}`), read from inside
+// the node's namespace, where its metrics address is; 0 when absent.
+func (n *Node) Metric(t testing.TB, sample string) float64 {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dialIn(ctx, n.NetNS, addr) },
+	}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get("http://" + n.Daemon.MetricsAddr + "/v1/metrics")
+	if err != nil {
+		t.Fatalf("node %s: metrics: %v", n.Name, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("node %s: %s %q: %v", n.Name, sample, v, err)
+			}
+			return f
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("node %s: metrics: %v", n.Name, err)
+	}
+	return 0
+}
