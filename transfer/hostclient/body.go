@@ -20,14 +20,15 @@ type body struct {
 	ctx      context.Context // the request's own, cancelled on a stall
 	parent   context.Context // the caller's
 	timeout  time.Duration
-	add      func(int64)  // blob byte counter, or nil
-	tee      func([]byte) // sees every byte read, or nil
-	download *place       // the download place, or nil
-	flow     *lane.Flow   // the body on the node's link, with download; or nil
-	places   *lane.Lane   // where download is taken again after a pause
-	paused   bool         // yielding the link; only the reader reads it
-	eof      func()       // called at the end of a complete body, or nil
-	failed   func(error)  // reports a body failure
+	add      func(int64)    // blob byte counter, or nil
+	tee      func([]byte)   // sees every byte read, or nil
+	share    io.WriteCloser // the blob's arrival for the node's peers, or nil
+	download *place         // the download place, or nil
+	flow     *lane.Flow     // the body on the node's link, with download; or nil
+	places   *lane.Lane     // where download is taken again after a pause
+	paused   bool           // yielding the link; only the reader reads it
+	eof      func()         // called at the end of a complete body, or nil
+	failed   func(error)    // reports a body failure
 	once     sync.Once
 	timer    *time.Timer
 }
@@ -78,6 +79,9 @@ func (b *body) moved(p []byte) {
 	if b.tee != nil {
 		b.tee(p)
 	}
+	if b.share != nil {
+		b.share.Write(p)
+	}
 }
 
 func (b *body) Close() error {
@@ -97,6 +101,9 @@ func (b *body) Close() error {
 	}
 	if b.flow != nil {
 		b.flow.Close()
+	}
+	if b.share != nil {
+		b.share.Close()
 	}
 	return err
 }

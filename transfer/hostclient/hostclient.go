@@ -1,6 +1,7 @@
 package hostclient
 
 import (
+	"io"
 	"net/http"
 	"time"
 
@@ -38,6 +39,17 @@ type Node struct {
 	Health    *health.Table // nil: no memory, no timeouts
 	Downloads *lane.Lane    // nil: containerd's download limiter applies
 	Link      *lane.Link    // nil: bodies never pause for other pulls'
+	Arrivals  Arrivals      // nil: blob bytes are shared with no one
+}
+
+// Arrivals get the bytes of every blob body as it is read, for the node's
+// peers to follow while it arrives (transfer/peers).
+type Arrivals interface {
+	// Arriving returns where the bytes of blob dgst go from offset on;
+	// size is the blob's, -1 unknown. Its Write must not block the
+	// download for long, and its errors are ignored: sharing is best
+	// effort. Close ends the body, complete or not.
+	Arriving(dgst digest.Digest, offset, size int64) io.WriteCloser
 }
 
 // Attempt is one manifest or blob request to one host and what came of it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -237,9 +238,36 @@ func (t *transport) body(ctx context.Context, cancel context.CancelCauseFunc, r 
 			// Bytes are counted as the body is read, since a fetch may stop
 			// early or resume with a range request.
 			b.add = t.obs.Blob(servedBy(resp, r.first.URL.Host), r.ref)
+			if t.node.Arrivals != nil {
+				if offset, size, ok := span(resp); ok {
+					b.share = t.node.Arrivals.Arriving(digest.Digest(r.ref), offset, size)
+				}
+			}
 		}
 	}
 	return b
+}
+
+// span is where a blob body starts in its blob, and the blob's size (-1
+// unknown): a 200 is the whole blob, a 206 says in its Content-Range.
+func span(resp *http.Response) (offset, size int64, ok bool) {
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return 0, resp.ContentLength, true
+	case http.StatusPartialContent:
+		// "bytes first-last/size", size possibly "*".
+		var first, last int64
+		var total string
+		if _, err := fmt.Sscanf(resp.Header.Get("Content-Range"), "bytes %d-%d/%s", &first, &last, &total); err != nil {
+			return 0, 0, false
+		}
+		size, err := strconv.ParseInt(total, 10, 64)
+		if err != nil {
+			size = -1
+		}
+		return first, size, true
+	}
+	return 0, 0, false
 }
 
 // servedBy is who served resp: the peer its host names, or host.
