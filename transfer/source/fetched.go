@@ -106,6 +106,24 @@ func (w *fetchWatch) manifestBody(b []byte) (int64, bool) {
 	return missing, true
 }
 
+// toFetch lists the blobs of the last image manifest seen that the pull
+// will fetch: those neither present nor under an unpacked layer.
+func (w *fetchWatch) toFetch() []digest.Digest {
+	w.mu.Lock()
+	config, layers, skipped := w.image.config, w.image.layers, w.image.skipped
+	w.mu.Unlock()
+	var out []digest.Digest
+	if !w.present(config) {
+		out = append(out, config)
+	}
+	for _, l := range layers {
+		if !skipped[l.Digest] && !w.present(l.Digest) {
+			out = append(out, l.Digest)
+		}
+	}
+	return out
+}
+
 // imageManifest parses an image manifest's config and layers; ok is false
 // for anything else, an index among them.
 func imageManifest(b []byte) (config ocispec.Descriptor, layers []ocispec.Descriptor, ok bool) {

@@ -144,3 +144,39 @@ func TestMountedLazily(t *testing.T) {
 		})
 	}
 }
+
+// TestOnBlobs: once a watched pull's image manifest is in, it names the
+// blobs the pull will fetch (for the node's peers to expect): neither
+// present nor under a layer whose snapshot is kept.
+func TestOnBlobs(t *testing.T) {
+	config := ocispec.Descriptor{Digest: digest.FromString("config"), Size: 10}
+	l1 := ocispec.Descriptor{Digest: digest.FromString("l1"), Size: 100}
+	l2 := ocispec.Descriptor{Digest: digest.FromString("l2"), Size: 50}
+	manifest, _ := json.Marshal(ocispec.Manifest{Config: config, Layers: []ocispec.Descriptor{l1, l2}})
+	index, _ := json.Marshal(ocispec.Index{Manifests: []ocispec.Descriptor{{Digest: digest.FromString("m")}}})
+	for _, tc := range []struct {
+		name     string
+		body     []byte
+		present  []digest.Digest
+		unpacked int // leading layers with snapshots
+		want     []digest.Digest
+	}{
+		{name: "nothing on the node", body: manifest, want: []digest.Digest{config.Digest, l1.Digest, l2.Digest}},
+		{name: "config and a layer present", body: manifest, present: []digest.Digest{config.Digest, l2.Digest}, want: []digest.Digest{l1.Digest}},
+		{name: "first layer's snapshot kept", body: manifest, present: []digest.Digest{config.Digest}, unpacked: 1, want: []digest.Digest{l2.Digest}},
+		{name: "an index names no blob", body: index},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &Recorder{}
+			rec.OnFetched(func(d digest.Digest) bool { return slices.Contains(tc.present, d) }, func() {})
+			rec.OnUnpacked(func(digest.Digest, []ocispec.Descriptor) (int, bool) { return tc.unpacked, true })
+			var got []digest.Digest
+			calls := 0
+			rec.OnBlobs(func(blobs []digest.Digest) { got, calls = blobs, calls+1 })
+			rec.manifestBody(tc.body)
+			if want := map[bool]int{true: 1, false: 0}[tc.want != nil]; calls != want || !slices.Equal(got, tc.want) {
+				t.Fatalf("OnBlobs called %d times with %v, want %d with %v", calls, got, want, tc.want)
+			}
+		})
+	}
+}

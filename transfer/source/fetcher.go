@@ -88,7 +88,7 @@ func New(ctx context.Context, src transfer.ImageFetcher, nodeHosts Hosts) (f *Fe
 	}
 	f.downloads = nodeHosts.Downloads
 	hosts := Hosts{Dirs: dirs, DefaultScheme: res.GetDefaultScheme(), Headers: http.Header{},
-		Health: nodeHosts.Health, Downloads: nodeHosts.Downloads, Link: nodeHosts.Link, Peers: nodeHosts.Peers}
+		Health: nodeHosts.Health, Downloads: nodeHosts.Downloads, Link: nodeHosts.Link, Peers: nodeHosts.Peers, Arrivals: nodeHosts.Arrivals}
 	if f.creds != nil {
 		hosts.Credentials = credentialAsker(ctx, f.creds, desc.Reference)
 	}
@@ -116,13 +116,15 @@ type Hosts struct {
 	// well after others downloading (lane.Link).
 	Link *lane.Link
 	// Peers, when set, is the node's peers (transfer/peers), asked for
-	// every blob before the registry's hosts.
-	Peers http.RoundTripper
+	// every blob before the registry's hosts; Arrivals, where the blob
+	// bytes read from those hosts go for the peers to follow.
+	Peers    http.RoundTripper
+	Arrivals hostclient.Arrivals
 }
 
 // node is what every pull on the node shares, for the host clients.
 func (h Hosts) node() hostclient.Node {
-	return hostclient.Node{Health: h.Health, Downloads: h.Downloads, Link: h.Link}
+	return hostclient.Node{Health: h.Health, Downloads: h.Downloads, Link: h.Link, Arrivals: h.Arrivals}
 }
 
 // NewResolver returns containerd's registry resolver for hosts, with every
@@ -294,6 +296,9 @@ func (f *Fetcher) MountedLazily(d digest.Digest) int64 { return f.rec.MountedLaz
 
 // OnSize reports the bytes the pull has left to fetch; see Recorder.OnSize.
 func (f *Fetcher) OnSize(fn func(bytes int64)) { f.rec.OnSize(fn) }
+
+// OnBlobs reports the blobs the pull will fetch; see Recorder.OnBlobs.
+func (f *Fetcher) OnBlobs(fn func(blobs []digest.Digest)) { f.rec.OnBlobs(fn) }
 
 // Result says where the pull came from, for the reference it asked for.
 func (f *Fetcher) Result() Result {

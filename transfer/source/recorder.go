@@ -27,8 +27,9 @@ type Recorder struct {
 	// fetched, when set, learns when the pull has nothing left to fetch.
 	fetched *fetchWatch
 	// onSize, when set, learns the bytes left to fetch once the image
-	// manifest of a watched pull is in.
-	onSize func(bytes int64)
+	// manifest of a watched pull is in; onBlobs, the blobs.
+	onSize  func(bytes int64)
+	onBlobs func(blobs []digest.Digest)
 	// lazy counts the layers a remote snapshotter mounted lazily.
 	lazy map[digest.Digest]bool
 }
@@ -56,20 +57,32 @@ func (r *Recorder) OnSize(fn func(bytes int64)) {
 	r.onSize = fn
 }
 
-func (r *Recorder) sized(n int64) {
+// OnBlobs calls fn once the image manifest of a pull watched with
+// OnFetched is in, with the blobs (config and layers) the pull will fetch:
+// for the node's peers to expect them (transfer/peers). fn runs on the
+// fetching goroutine, before any of them is asked for.
+func (r *Recorder) OnBlobs(fn func(blobs []digest.Digest)) {
 	r.mu.Lock()
-	fn := r.onSize
-	r.mu.Unlock()
-	if fn != nil {
-		fn(n)
-	}
+	defer r.mu.Unlock()
+	r.onBlobs = fn
 }
 
 // manifestBody tells a watched pull the body of a manifest it fetched;
 // an image manifest's layers are what it has left to fetch.
 func (r *Recorder) manifestBody(b []byte) {
-	if n, ok := r.fetchWatch().manifestBody(b); ok {
-		r.sized(n)
+	w := r.fetchWatch()
+	n, ok := w.manifestBody(b)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	onSize, onBlobs := r.onSize, r.onBlobs
+	r.mu.Unlock()
+	if onSize != nil {
+		onSize(n)
+	}
+	if onBlobs != nil {
+		onBlobs(w.toFetch())
 	}
 }
 
