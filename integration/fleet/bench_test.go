@@ -17,13 +17,12 @@ import (
 type arm struct {
 	name   string
 	binary string // in bin/
-	// config is TOML added to every node's config. A peers arm is
-	// bin/containerd with [plugins."io.containerd.grpc.v1.pullwise".peers]
-	// here, and reads peer-share and max-upload-MiB from its nodes.
-	config string
+	// peers turns the node's peers on.
+	peers bool
 }
 
 var arms = []arm{
+	{name: "peers", binary: "containerd", peers: true},
 	{name: "pullwise", binary: "containerd"},
 	{name: "stock", binary: "containerd-stock"},
 }
@@ -45,8 +44,9 @@ var benchImage = registry.Image{Layers: []int64{20 << 20, 12 << 20, 6 << 20, 2 <
 //   - blob-gets/digest: the most GETs any one blob had;
 //   - first-node-s, median-node-s, last-node-s: node pull times, each
 //     from the node's own request to its answer;
-//   - peer-share, max-upload-MiB: bytes from peers, the most one node
-//     uploaded; 0 on these arms, which have no peers.
+//   - peer-share, max-upload-MiB: the share of the nodes' blob bytes
+//     that came from peers, and the most one node uploaded to them; 0
+//     without peers.
 func BenchmarkFleet(b *testing.B) {
 	for _, a := range arms {
 		if _, err := os.Stat(daemon.Bin(a.binary)); err != nil {
@@ -58,9 +58,12 @@ func BenchmarkFleet(b *testing.B) {
 	// Each arm's nodes start once and serve every fleet size: the first n.
 	nodes := map[string][]*fleet.Node{}
 	for _, a := range arms {
+		opts := daemon.Options{Binary: daemon.Bin(a.binary), LogLevel: "info"}
+		if a.peers {
+			opts.ExtraConfig = f.PeersConfig(b)
+		}
 		for range slices.Max(fleetSizes) {
-			nodes[a.name] = append(nodes[a.name], f.AddNode(b, daemon.Options{
-				Binary: daemon.Bin(a.binary), ExtraConfig: a.config, LogLevel: "info"}))
+			nodes[a.name] = append(nodes[a.name], f.AddNode(b, opts))
 		}
 	}
 	for _, n := range fleetSizes {
@@ -77,7 +80,7 @@ func BenchmarkFleet(b *testing.B) {
 }
 
 func benchRollout(b *testing.B, f *fleet.Fleet, nodes []*fleet.Node, img fleet.Image, mode fleet.Mode) {
-	var copies, first, median, last float64
+	var copies, first, median, last, fromPeers, upload float64
 	gets := 0
 	for range b.N {
 		b.StopTimer()
@@ -85,11 +88,17 @@ func benchRollout(b *testing.B, f *fleet.Fleet, nodes []*fleet.Node, img fleet.I
 			n.Clean(b, img)
 		}
 		f.TakeEgress(b)
+		fetched, served := peerBytes(b, nodes)
 		b.StartTimer()
 		took, err := fleet.Rollout(context.Background(), nodes, img.Ref, mode)
 		b.StopTimer()
 		if err != nil {
 			b.Fatal(err)
+		}
+		fetchedAfter, servedAfter := peerBytes(b, nodes)
+		for i := range nodes {
+			fromPeers += fetchedAfter[i] - fetched[i]
+			upload = max(upload, servedAfter[i]-served[i])
 		}
 		eg := f.TakeEgress(b)
 		copies += float64(eg.Bytes) / float64(img.Bytes)
@@ -103,6 +112,16 @@ func benchRollout(b *testing.B, f *fleet.Fleet, nodes []*fleet.Node, img fleet.I
 	b.ReportMetric(first/runs, "first-node-s")
 	b.ReportMetric(median/runs, "median-node-s")
 	b.ReportMetric(last/runs, "last-node-s")
-	b.ReportMetric(0, "peer-share")
-	b.ReportMetric(0, "max-upload-MiB")
+	b.ReportMetric(fromPeers/runs/float64(int64(len(nodes))*(img.ConfigSize+img.LayerBytes())), "peer-share")
+	b.ReportMetric(upload/(1<<20), "max-upload-MiB")
+}
+
+// peerBytes reads each node's blob bytes fetched from and served to its
+// peers; 0 on nodes without peers.
+func peerBytes(b *testing.B, nodes []*fleet.Node) (fetched, served []float64) {
+	for _, n := range nodes {
+		fetched = append(fetched, n.Metric(b, "pullwise_peer_bytes_fetched_total"))
+		served = append(served, n.Metric(b, "pullwise_peer_bytes_served_total"))
+	}
+	return fetched, served
 }
