@@ -106,8 +106,12 @@ func (n *Node) connect(t testing.TB) {
 }
 
 // Pull pulls ref through CRI, as kubelet does.
-func (n *Node) Pull(ctx context.Context, ref string) error {
-	if _, err := n.Images.PullImage(ctx, &criapi.ImageSpec{Image: ref}, nil, nil); err != nil {
+func (n *Node) Pull(ctx context.Context, ref string) error { return n.PullWith(ctx, ref, nil) }
+
+// PullWith pulls ref through CRI with auth, as kubelet does with a pod's
+// pull secret.
+func (n *Node) PullWith(ctx context.Context, ref string, auth *criapi.AuthConfig) error {
+	if _, err := n.Images.PullImage(ctx, &criapi.ImageSpec{Image: ref}, auth, nil); err != nil {
 		return fmt.Errorf("node %s: pull %s: %w", n.Name, ref, err)
 	}
 	return nil

@@ -2,9 +2,17 @@ package fleet_test
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullwise/pullwise/integration/daemon"
 	"github.com/pullwise/pullwise/integration/fleet"
@@ -97,5 +105,133 @@ func assertFromPeers(t *testing.T, node *fleet.Node, img fleet.Image) {
 		if !node.Has(t, d) {
 			t.Errorf("node %s: blob %s not in its content store", node.Name, d)
 		}
+	}
+}
+
+// TestFleetPeerFaults: peers that cannot serve a blob as they should cost
+// a node nothing but a trip to the registry. Each case starts with node
+// n0 holding an image and announcing its blobs.
+//   - n0's copy of a layer is corrupt on disk: n1's pull succeeds with the
+//     registry's copy of that layer, and counts the peer's bytes as corrupt;
+//   - a private image: n1, without the pull secret n0 used, gets an
+//     Unauthenticated answer and nothing from its peers (the manifest
+//     always comes from the registry, with the node's own credentials);
+//   - n0 is killed: n2's pull succeeds from the registry.
+func TestFleetPeerFaults(t *testing.T) {
+	f := fleet.New(t, fleet.Options{})
+	cfg := f.PeersConfig(t)
+	nodes := make([]*fleet.Node, 3)
+	for i := range nodes {
+		nodes[i] = f.AddNode(t, daemon.Options{LogLevel: "info", ExtraConfig: cfg})
+	}
+	await.Until(t, 30*time.Second, "every node to join its peers", func() bool {
+		for _, n := range nodes {
+			if n.Metric(t, "pullwise_peers_connected") < float64(len(nodes)-1) {
+				return false
+			}
+		}
+		return true
+	})
+	creds := &registry.BasicAuth{User: "fleet", Password: "s3cret"}
+	seed := int64(4400)
+	// held has n0 pull a new image, with auth, and announce its blobs; a
+	// private repository asks for auth once the image is pushed.
+	held := func(t *testing.T, repo string, auth *criapi.AuthConfig) fleet.Image {
+		seed++
+		img := f.Push(t, repo, fmt.Sprint(seed), registry.Image{Layers: []int64{2 << 20, 1 << 20}, Seed: seed})
+		if repo == "fleet/private" {
+			f.Registry.SetFault(registry.When(func(r registry.Request) bool { return r.Repo == repo },
+				&registry.Fault{RequireBasicAuth: creds}))
+			t.Cleanup(func() { f.Registry.SetFault(nil) })
+		}
+		before := nodes[0].Metric(t, "pullwise_peer_announcements_total")
+		if err := nodes[0].PullWith(t.Context(), img.Ref, auth); err != nil {
+			t.Fatal(err)
+		}
+		await.Until(t, 30*time.Second, "n0 to announce the image's blobs", func() bool {
+			return nodes[0].Metric(t, "pullwise_peer_announcements_total")-before >= float64(len(img.Blobs()))
+		})
+		f.TakeEgress(t)
+		return img
+	}
+
+	t.Run("corrupt", func(t *testing.T) {
+		img := held(t, "fleet/app", nil)
+		bad := img.Layers[0]
+		path := filepath.Join(nodes[0].Daemon.Root, "io.containerd.content.v1.content", "blobs", bad.Algorithm().String(), bad.Encoded())
+		flipFirstByte(t, path)
+		corrupt := `pullwise_peer_fetch_failures_total{reason="corrupt"}`
+		before := nodes[1].Metric(t, corrupt)
+		if err := nodes[1].Pull(t.Context(), img.Ref); err != nil {
+			t.Fatal(err)
+		}
+		if got := nodes[1].Metric(t, corrupt) - before; got < 1 {
+			t.Errorf("n1 counted %v corrupt peer fetches, want at least 1", got)
+		}
+		eg := f.TakeEgress(t)
+		for _, d := range img.Blobs() {
+			want := 0
+			if d == bad {
+				want = 1
+			}
+			if got := eg.BlobGets[d]; got != want {
+				t.Errorf("registry: %d GETs of blob %s, want %d", got, d, want)
+			}
+		}
+		if !nodes[1].Has(t, bad) {
+			t.Errorf("n1 has no layer %s", bad)
+		}
+	})
+
+	t.Run("private image", func(t *testing.T) {
+		img := held(t, "fleet/private", &criapi.AuthConfig{Username: creds.User, Password: creds.Password})
+		fetched := nodes[1].Metric(t, "pullwise_peer_bytes_fetched_total")
+		for _, auth := range []*criapi.AuthConfig{nil, {Username: creds.User, Password: "wrong"}} {
+			err := nodes[1].PullWith(t.Context(), img.Ref, auth)
+			if status.Code(errors.Unwrap(err)) != codes.Unauthenticated {
+				t.Errorf("n1 pull with %v: %v, want Unauthenticated", auth, err)
+			}
+		}
+		if got := nodes[1].Metric(t, "pullwise_peer_bytes_fetched_total") - fetched; got != 0 {
+			t.Errorf("n1 fetched %v bytes from peers for an image it may not pull", got)
+		}
+		for _, d := range img.Blobs() {
+			if nodes[1].Has(t, d) {
+				t.Errorf("n1 has blob %s of an image it may not pull", d)
+			}
+		}
+	})
+
+	t.Run("peer killed", func(t *testing.T) {
+		img := held(t, "fleet/app", nil)
+		nodes[0].Daemon.Kill(t)
+		if err := nodes[2].Pull(t.Context(), img.Ref); err != nil {
+			t.Fatal(err)
+		}
+		eg := f.TakeEgress(t)
+		for _, d := range img.Blobs() {
+			if got := eg.BlobGets[d]; got != 1 {
+				t.Errorf("registry: %d GETs of blob %s, want 1: n2's", got, d)
+			}
+		}
+	})
+}
+
+// flipFirstByte corrupts the blob at path in place, its size unchanged,
+// as a failing disk would: containerd reads it back without checking.
+func flipFirstByte(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, 0); err != nil {
+		t.Fatal(err)
 	}
 }
