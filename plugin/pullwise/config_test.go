@@ -37,6 +37,19 @@ func TestConfigDecodeAndValidate(t *testing.T) {
 			}
 		}},
 		{name: "zero connections", toml: "progress_max_connections = 0", wantErr: "progress_max_connections"},
+		{name: "peers off by default", toml: "", check: func(t *testing.T, c *Config) {
+			if c.Peers.Enabled || c.Peers.ListenAddress != "/ip4/0.0.0.0/tcp/5001" || c.Peers.UploadBytesPerSecond != 128<<20 {
+				t.Fatalf("peers defaults: %+v", c.Peers)
+			}
+		}},
+		{name: "peers on", toml: "[peers]\nenabled = true\ncluster_key_file = \"/etc/containerd/cluster.key\"\nbootstrap = [\"dns:peers:5001\"]", check: func(t *testing.T, c *Config) {
+			if !c.Peers.Enabled || c.Peers.ClusterKeyFile != "/etc/containerd/cluster.key" || len(c.Peers.Bootstrap) != 1 || time.Duration(c.Peers.FindTimeout) != 500*time.Millisecond {
+				t.Fatalf("peers: %+v", c.Peers)
+			}
+		}},
+		{name: "peers without a cluster key", toml: "[peers]\nenabled = true", wantErr: "cluster_key_file"},
+		{name: "peers with a negative upload cap", toml: "[peers]\nupload_bytes_per_second = -1", wantErr: "upload_bytes_per_second"},
+		{name: "peers with no read timeout", toml: "[peers]\nenabled = true\ncluster_key_file = \"k\"\nread_timeout = \"0s\"", wantErr: "read_timeout"},
 		{name: "zero client timeout", toml: `progress_client_timeout = "0s"`, wantErr: "progress_client_timeout"},
 		{name: "bad policy", toml: `always_pull_policy = "Sometimes"`, wantErr: "always_pull_policy"},
 		{name: "IfNewerNotPresent", toml: `always_pull_policy = "IfNewerNotPresent"`},
