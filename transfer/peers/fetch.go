@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
@@ -27,6 +28,12 @@ const maxProviders = 20
 // Fetch gets the blob dgst of size bytes (-1: whatever size the peer
 // announces, still checked against the digest) from a peer and returns
 // its bytes from offset on, and the ID of the peer that served it.
+//
+// It asks dgst's owner first (Owner over the live peers and this node),
+// directly, when that is another node: the owner serves it from its
+// store or streams its own download as it arrives. When the owner
+// refuses (after expectWait at most, if it expects no such download),
+// fails, or is this node, the DHT's providers are tried.
 //
 // No byte reaches the caller unverified: the whole blob is spooled to
 // a file in SpoolDir, hashed as it streams, and only a blob matching
@@ -55,8 +62,9 @@ type spooled struct {
 
 func (s spooled) Close() error { return s.f.Close() }
 
-// fetch spools dgst from the first provider that serves it right, and
-// returns the file (positioned anywhere), the blob's size and the peer.
+// fetch spools dgst from its owner, else from the first provider that
+// serves it right, and returns the file (positioned anywhere), the
+// blob's size and the peer.
 func (n *Node) fetch(ctx context.Context, dgst digest.Digest, size int64) (*os.File, int64, peer.ID, error) {
 	c, err := blobCID(dgst)
 	if err != nil {
@@ -69,11 +77,53 @@ func (n *Node) fetch(ctx context.Context, dgst digest.Digest, size int64) (*os.F
 	// Unlinked at once: the open file keeps the bytes, and nothing is
 	// left behind however the caller or the process ends.
 	os.Remove(f.Name())
+	tried := map[peer.ID]bool{n.ID(): true} // this node never serves itself
+	got, p, err := n.fetchOwner(ctx, dgst, size, f, tried)
+	if err == nil && p == "" {
+		got, p, err = n.fetchProviders(ctx, c, dgst, size, f, tried)
+	}
+	if err != nil {
+		f.Close()
+		return nil, 0, "", err
+	}
+	n.sh.fetched(dgst)
+	return f, got, p, nil
+}
+
+// fetchOwner asks dgst's owner among the live peers and this node, when
+// it is another node, first and directly: the owner serves it from its
+// store, or streams its own download of it as it arrives. It returns the
+// owner, or no peer and no error to go on with the DHT's providers. A
+// refusal is the owner's ordinary miss, not a failure, and leaves the
+// owner to be asked again should the DHT name it.
+func (n *Node) fetchOwner(ctx context.Context, dgst digest.Digest, size int64, f *os.File, tried map[peer.ID]bool) (int64, peer.ID, error) {
+	owner := Owner(dgst, append(n.Peers(), n.ID()))
+	if tried[owner] {
+		return 0, "", nil
+	}
+	n.sh.ask(dgst, 1)
+	got, reason, err := n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, true)
+	n.sh.ask(dgst, -1)
+	switch {
+	case err == nil:
+		return got, owner, nil
+	case ctx.Err() != nil || reason == "":
+		return 0, "", err
+	case reason != ReasonRefused:
+		tried[owner] = true
+		n.stats.failed(reason)
+	}
+	return 0, "", nil
+}
+
+// fetchProviders spools dgst from the first provider the DHT names that
+// serves it right.
+func (n *Node) fetchProviders(ctx context.Context, c cid.Cid, dgst digest.Digest, size int64, f *os.File, tried map[peer.ID]bool) (int64, peer.ID, error) {
 	findCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	n.lookups.Add(1)
 	provs := n.dht.FindProvidersAsync(findCtx, c, maxProviders)
 	wait := newBudget(n.cfg.FindTimeout)
-	tried := map[peer.ID]bool{n.ID(): true} // this node never serves itself
 	for {
 		ai, ok := wait.next(ctx, provs)
 		if !ok {
@@ -83,22 +133,20 @@ func (n *Node) fetch(ctx context.Context, dgst digest.Digest, size int64) (*os.F
 			continue
 		}
 		tried[ai.ID] = true
-		got, reason, err := n.try(ctx, ai, dgst, size, f)
+		got, reason, err := n.try(ctx, ai, dgst, size, f, false)
 		if err == nil {
-			return f, got, ai.ID, nil
+			return got, ai.ID, nil
 		}
 		if ctx.Err() != nil || reason == "" {
-			f.Close()
-			return nil, 0, "", err
+			return 0, "", err
 		}
 		n.stats.failed(reason)
 	}
-	f.Close()
 	if err := ctx.Err(); err != nil {
-		return nil, 0, "", err
+		return 0, "", err
 	}
 	n.stats.failed(ReasonNoPeer)
-	return nil, 0, "", fmt.Errorf("%w: %s (%d tried)", ErrNotFound, dgst, len(tried)-1)
+	return 0, "", fmt.Errorf("%w: %s (%d tried)", ErrNotFound, dgst, len(tried)-1)
 }
 
 // budget is the time a fetch may spend waiting for providers, in total:
@@ -127,8 +175,11 @@ func (b *budget) next(ctx context.Context, provs <-chan peer.AddrInfo) (peer.Add
 
 // try spools dgst from one peer into f. It returns the blob's size, or
 // the reason the peer failed with, or no reason when the failure is this
-// node's own (its spool file) and no other peer would do better.
-func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, size int64, f *os.File) (int64, string, error) {
+// node's own (its spool file) and no other peer would do better. With
+// follow, the peer may keep the client waiting for the blob to start
+// arriving, with a wait line at least every ReadTimeout, for startWait
+// at the most.
+func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, size int64, f *os.File, follow bool) (int64, string, error) {
 	if err := rewind(f); err != nil {
 		return 0, "", err
 	}
@@ -144,14 +195,14 @@ func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, si
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
 	defer stop()
 	s.SetWriteDeadline(time.Now().Add(n.cfg.ReadTimeout))
-	if err := writeLine(s, request{Digest: dgst}); err != nil {
+	if err := writeLine(s, request{Digest: dgst, Follow: follow}); err != nil {
 		return 0, peerReason(err), err
 	}
 	body := &peerReader{s: s, timeout: n.cfg.ReadTimeout}
 	r := bufio.NewReaderSize(body, chunk)
-	var resp response
-	if err := readLine(r, &resp); err != nil {
-		return 0, peerReason(err), err
+	resp, reason, err := n.header(r, follow)
+	if err != nil {
+		return 0, reason, err
 	}
 	switch {
 	case resp.Error != "":
@@ -171,6 +222,24 @@ func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, si
 	}
 	n.stats.fetched.Add(resp.Size)
 	return resp.Size, "", nil
+}
+
+// header reads the peer's answer, after the wait lines a follow request
+// may take for startWait at the most.
+func (n *Node) header(r *bufio.Reader, follow bool) (response, string, error) {
+	deadline := time.Now().Add(startWait + n.cfg.ReadTimeout)
+	for {
+		var resp response
+		if err := readLine(r, &resp); err != nil {
+			return resp, peerReason(err), err
+		}
+		if !resp.Wait {
+			return resp, "", nil
+		}
+		if !follow || time.Now().After(deadline) {
+			return resp, ReasonStalled, errors.New("the peer kept this node waiting")
+		}
+	}
 }
 
 // rewind empties the spool file for another peer's bytes.

@@ -28,12 +28,17 @@ type Stats struct {
 	BytesFetched  int64            // verified blob bytes received from peers
 	FetchFailures map[string]int64 // by Reason*
 	Announced     int64            // announcements of a held blob that reached the DHT
+	// ServedArriving counts blobs sent whole to a peer while, or after,
+	// they arrived from a registry, before the store held them.
+	ServedArriving int64
+	Refused        int64 // requests answered "not found"
 }
 
 // counters are a node's counters; they are read as a Stats snapshot or
 // collected by prometheus through Node.Collector.
 type counters struct {
 	served, fetched, announced atomic.Int64
+	servedArriving, refused    atomic.Int64
 	mu                         sync.Mutex
 	failures                   map[string]int64
 }
@@ -54,7 +59,8 @@ func (c *counters) snapshot() Stats {
 	if f == nil {
 		f = map[string]int64{}
 	}
-	return Stats{BytesServed: c.served.Load(), BytesFetched: c.fetched.Load(), FetchFailures: f, Announced: c.announced.Load()}
+	return Stats{BytesServed: c.served.Load(), BytesFetched: c.fetched.Load(), FetchFailures: f, Announced: c.announced.Load(),
+		ServedArriving: c.servedArriving.Load(), Refused: c.refused.Load()}
 }
 
 var (
@@ -66,6 +72,10 @@ var (
 		"Fetches from peers given up on, by reason.", []string{"reason"}, nil)
 	announcedDesc = prometheus.NewDesc("pullwise_peer_announcements_total",
 		"Announcements of a blob this node holds that reached the DHT.", nil, nil)
+	servedArrivingDesc = prometheus.NewDesc("pullwise_peer_blobs_served_arriving_total",
+		"Blobs this node sent whole to a peer as they arrived from a registry.", nil, nil)
+	refusedDesc = prometheus.NewDesc("pullwise_peer_requests_refused_total",
+		"Blob requests from peers this node answered it does not hold.", nil, nil)
 	connectedDesc = prometheus.NewDesc("pullwise_peers_connected",
 		"Peers this node is connected to in its DHT.", nil, nil)
 )
@@ -82,6 +92,8 @@ func (m collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- servedDesc
 	ch <- fetchedDesc
 	ch <- failuresDesc
+	ch <- servedArrivingDesc
+	ch <- refusedDesc
 }
 
 func (m collector) Collect(ch chan<- prometheus.Metric) {
@@ -90,6 +102,8 @@ func (m collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(announcedDesc, prometheus.CounterValue, float64(s.Announced))
 	ch <- prometheus.MustNewConstMetric(servedDesc, prometheus.CounterValue, float64(s.BytesServed))
 	ch <- prometheus.MustNewConstMetric(fetchedDesc, prometheus.CounterValue, float64(s.BytesFetched))
+	ch <- prometheus.MustNewConstMetric(servedArrivingDesc, prometheus.CounterValue, float64(s.ServedArriving))
+	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(s.Refused))
 	// Every reason is exported, zero or not, so rate() works from the
 	// first failure on.
 	for _, r := range reasons {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/libp2p/go-libp2p"
@@ -33,6 +34,9 @@ type Node struct {
 	up    *throttle
 	boot  *bootstrapper
 	stats counters
+	sh    *shares // expected and arriving blobs, for peers to follow
+	// lookups counts the fetches that asked the DHT for providers.
+	lookups atomic.Int64
 
 	// ctx ends on Close; every goroutine and stream handler of the node
 	// watches it, and wg counts them, so Close returns only once they
@@ -109,6 +113,7 @@ func New(ctx context.Context, cfg Config, store content.Provider) (*Node, error)
 		dht:   d,
 		up:    newThrottle(cfg.UploadBytesPerSec),
 		boot:  boot,
+		sh:    newShares(cfg.SpoolDir),
 		held:  map[digest.Digest]struct{}{},
 		wake:  make(chan struct{}, 1),
 	}
@@ -141,7 +146,8 @@ func (n *Node) enter() bool {
 }
 
 // Close stops the node: it stops serving, leaves the DHT, closes every
-// connection and waits for all the node's goroutines to end.
+// connection, waits for all the node's goroutines to end and removes
+// every arrival's file; Expect and Arriving do nothing from then on.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	if n.closed {
@@ -154,6 +160,7 @@ func (n *Node) Close() error {
 	n.host.RemoveStreamHandler(BlobProtocol)
 	err := errors.Join(n.dht.Close(), n.host.Close())
 	n.wg.Wait()
+	n.sh.close()
 	return err
 }
 
@@ -189,8 +196,11 @@ func (n *Node) Peers() []peer.ID {
 func (n *Node) Stats() Stats { return n.stats.snapshot() }
 
 // Collector exports the counters as pullwise_peer_bytes_served_total,
-// pullwise_peer_bytes_fetched_total and
-// pullwise_peer_fetch_failures_total{reason}; the caller registers it.
+// pullwise_peer_bytes_fetched_total,
+// pullwise_peer_fetch_failures_total{reason},
+// pullwise_peer_blobs_served_arriving_total,
+// pullwise_peer_requests_refused_total, pullwise_peer_announcements_total
+// and the gauge pullwise_peers_connected; the caller registers it.
 func (n *Node) Collector() prometheus.Collector {
 	return collector{c: &n.stats, peers: func() int { return len(n.Peers()) }}
 }

@@ -29,6 +29,10 @@ func (n *Node) serve(s network.Stream) {
 	s.Close()
 }
 
+// serveBlob serves, in order: the blob from the store; its arrival, as
+// it grows; for a follow request, the arrival once it starts, when a
+// pull of this node expects the blob, or once an expectation or arrival
+// appears within expectWait. Anything else is refused at once.
 func (n *Node) serveBlob(s network.Stream) error {
 	// A client that goes quiet, before asking or while it is sent the
 	// body, is dropped after ReadTimeout rather than holding the stream.
@@ -37,22 +41,44 @@ func (n *Node) serveBlob(s network.Stream) error {
 	if err := readLine(bufio.NewReaderSize(s, maxLine), &req); err != nil {
 		return err
 	}
-	ra, err := n.store.ReaderAt(n.ctx, ocispec.Descriptor{Digest: req.Digest})
+	if ra, err := n.store.ReaderAt(n.ctx, ocispec.Descriptor{Digest: req.Digest}); err == nil {
+		defer ra.Close()
+		n.sh.stored(req.Digest)
+		return n.send(s, req, ra.Size(), func(off int64) io.Reader {
+			return io.NewSectionReader(ra, off, ra.Size()-off)
+		})
+	}
+	a, err := n.awaitArrival(s, req)
 	if err != nil {
+		return err
+	}
+	if a == nil {
+		n.stats.refused.Add(1)
 		return n.answer(s, response{Error: errNotHeld})
 	}
-	defer ra.Close()
-	size := ra.Size()
+	defer n.sh.leave(a)
+	err = n.send(s, req, a.size, func(off int64) io.Reader {
+		return &follower{s: n.sh, a: a, ctx: n.ctx, pos: off, timeout: n.cfg.ReadTimeout}
+	})
+	if err == nil {
+		n.stats.servedArriving.Add(1)
+	}
+	return err
+}
+
+// send answers with the blob's size and sends its bytes from the
+// request's offset, read from body(offset).
+func (n *Node) send(s network.Stream, req request, size int64, body func(offset int64) io.Reader) error {
 	if req.Offset < 0 || req.Offset > size {
 		return n.answer(s, response{Error: fmt.Sprintf("offset %d outside a blob of %d bytes", req.Offset, size)})
 	}
 	if err := n.answer(s, response{Size: size}); err != nil {
 		return err
 	}
-	body := io.NewSectionReader(ra, req.Offset, size-req.Offset)
+	r := body(req.Offset)
 	buf := make([]byte, chunk)
 	for {
-		k, rerr := body.Read(buf)
+		k, rerr := r.Read(buf)
 		if k > 0 {
 			if err := n.up.wait(n.ctx, k); err != nil {
 				return err
@@ -69,6 +95,63 @@ func (n *Node) serveBlob(s network.Stream) error {
 		}
 		if rerr != nil {
 			return rerr
+		}
+	}
+}
+
+// awaitArrival returns the arrival of the requested blob, counted as
+// followed, or nil to refuse. A follow request waits, bounded: for an
+// expectation or arrival to appear, expectWait; for an expected download
+// to start, until the expectation is done or startWait has passed, with
+// a wait line every second (ReadTimeout/3 if shorter) so that the client
+// knows this node is alive. It is refused at once when this node got the blob from a peer,
+// or is itself asking the blob's owner: then it is not downloading it.
+func (n *Node) awaitArrival(s network.Stream, req request) (*arrival, error) {
+	sh := n.sh
+	start := time.Now()
+	beat := start
+	// Often enough for a client whose ReadTimeout is shorter than ours.
+	every := min(n.cfg.ReadTimeout/3, time.Second)
+	sh.mu.Lock()
+	sh.waiting++
+	sh.mu.Unlock()
+	defer func() {
+		sh.mu.Lock()
+		sh.waiting--
+		sh.mu.Unlock()
+	}()
+	for {
+		sh.mu.Lock()
+		if a := sh.arr[req.Digest]; a != nil && !a.abandoned && !sh.closed {
+			a.readers++
+			sh.mu.Unlock()
+			return a, nil
+		}
+		until := start.Add(expectWait)
+		e := sh.expect[req.Digest]
+		if e != nil {
+			until = start.Add(startWait)
+		}
+		if sh.closed || !req.Follow || sh.arr[req.Digest] != nil || (e != nil && (e.elsewhere || sh.asking[req.Digest] > 0)) || !time.Now().Before(until) {
+			sh.mu.Unlock()
+			return nil, nil
+		}
+		changed := sh.wait()
+		sh.mu.Unlock()
+		t := time.NewTimer(min(time.Until(until), time.Until(beat.Add(every))))
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-n.ctx.Done():
+			t.Stop()
+			return nil, n.ctx.Err()
+		}
+		t.Stop()
+		if time.Since(beat) >= every {
+			if err := n.answer(s, response{Wait: true}); err != nil {
+				return nil, err
+			}
+			beat = time.Now()
 		}
 	}
 }

@@ -19,17 +19,23 @@ const BlobProtocol protocol.ID = "/pullwise/blob/1"
 // buffer without end before a single blob byte.
 const maxLine = 1024
 
-// request asks for the bytes of a blob from Offset to its end.
+// request asks for the bytes of a blob from Offset to its end. Follow
+// asks the blob's owner to wait for its own download of the blob and
+// stream it as it arrives; the client then takes wait lines.
 type request struct {
 	Digest digest.Digest `json:"digest"`
 	Offset int64         `json:"offset"`
+	Follow bool          `json:"follow,omitempty"`
 }
 
 // response precedes the body: the blob's full size, or why there is no
-// body. Size-Offset bytes follow a response without Error.
+// body. Size-Offset bytes follow a response without Error. A response
+// with Wait says only that the server is still waiting for the blob to
+// start arriving (a follow request's alone): another line follows.
 type response struct {
 	Size  int64  `json:"size"`
 	Error string `json:"error,omitempty"`
+	Wait  bool   `json:"wait,omitempty"`
 }
 
 // errNotHeld is the Error a server answers for a blob it does not hold.
