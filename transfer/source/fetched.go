@@ -108,20 +108,27 @@ func (w *fetchWatch) manifestBody(b []byte) (int64, bool) {
 
 // toFetch lists the blobs of the last image manifest seen that the pull
 // will fetch: those neither present nor under an unpacked layer.
-func (w *fetchWatch) toFetch() []digest.Digest {
+func (w *fetchWatch) toFetch() []ocispec.Descriptor {
 	w.mu.Lock()
 	config, layers, skipped := w.image.config, w.image.layers, w.image.skipped
 	w.mu.Unlock()
-	var out []digest.Digest
+	var out []ocispec.Descriptor
 	if !w.present(config) {
-		out = append(out, config)
+		out = append(out, ocispec.Descriptor{Digest: config, Size: w.expectedSize(config)})
 	}
 	for _, l := range layers {
 		if !skipped[l.Digest] && !w.present(l.Digest) {
-			out = append(out, l.Digest)
+			out = append(out, l)
 		}
 	}
 	return out
+}
+
+// expectedSize is the size the manifest gave blob d.
+func (w *fetchWatch) expectedSize(d digest.Digest) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.expected[d]
 }
 
 // imageManifest parses an image manifest's config and layers; ok is false

@@ -172,7 +172,15 @@ func TestOnBlobs(t *testing.T) {
 			rec.OnUnpacked(func(digest.Digest, []ocispec.Descriptor) (int, bool) { return tc.unpacked, true })
 			var got []digest.Digest
 			calls := 0
-			rec.OnBlobs(func(blobs []digest.Digest) { got, calls = blobs, calls+1 })
+			rec.OnBlobs(func(blobs []ocispec.Descriptor) {
+				calls++
+				for _, b := range blobs {
+					if b.Size == 0 {
+						t.Errorf("blob %s without its size", b.Digest)
+					}
+					got = append(got, b.Digest)
+				}
+			})
 			rec.manifestBody(tc.body)
 			if want := map[bool]int{true: 1, false: 0}[tc.want != nil]; calls != want || !slices.Equal(got, tc.want) {
 				t.Fatalf("OnBlobs called %d times with %v, want %d with %v", calls, got, want, tc.want)

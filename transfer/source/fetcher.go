@@ -298,7 +298,7 @@ func (f *Fetcher) MountedLazily(d digest.Digest) int64 { return f.rec.MountedLaz
 func (f *Fetcher) OnSize(fn func(bytes int64)) { f.rec.OnSize(fn) }
 
 // OnBlobs reports the blobs the pull will fetch; see Recorder.OnBlobs.
-func (f *Fetcher) OnBlobs(fn func(blobs []digest.Digest)) { f.rec.OnBlobs(fn) }
+func (f *Fetcher) OnBlobs(fn func(blobs []ocispec.Descriptor)) { f.rec.OnBlobs(fn) }
 
 // Result says where the pull came from, for the reference it asked for.
 func (f *Fetcher) Result() Result {

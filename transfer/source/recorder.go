@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/pullwise/pullwise/transfer/hostclient"
 )
@@ -29,7 +30,7 @@ type Recorder struct {
 	// onSize, when set, learns the bytes left to fetch once the image
 	// manifest of a watched pull is in; onBlobs, the blobs.
 	onSize  func(bytes int64)
-	onBlobs func(blobs []digest.Digest)
+	onBlobs func(blobs []ocispec.Descriptor)
 	// lazy counts the layers a remote snapshotter mounted lazily.
 	lazy map[digest.Digest]bool
 }
@@ -61,7 +62,7 @@ func (r *Recorder) OnSize(fn func(bytes int64)) {
 // OnFetched is in, with the blobs (config and layers) the pull will fetch:
 // for the node's peers to expect them (transfer/peers). fn runs on the
 // fetching goroutine, before any of them is asked for.
-func (r *Recorder) OnBlobs(fn func(blobs []digest.Digest)) {
+func (r *Recorder) OnBlobs(fn func(blobs []ocispec.Descriptor)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.onBlobs = fn
