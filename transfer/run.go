@@ -237,4 +237,11 @@ func (r *running) watch(ctx context.Context, progress func(transfer.Progress), t
 	// Downloads and unpacking serve first the pull that would be done
 	// first, by when it was asked for and what it has left (lane.Ticket).
 	r.rec.OnSize(r.ticket.Size)
+	if keeper := r.cfg.Keep; keeper != nil {
+		r.rec.OnBlobs(func(blobs []ocispec.Descriptor) {
+			if err := keeper.Keep(ctx, blobs); err != nil {
+				log.G(ctx).WithError(err).Warn("peers: blobs not kept")
+			}
+		})
+	}
 }

@@ -31,8 +31,9 @@ import (
 	"github.com/pullwise/pullwise/transfer/hub"
 	"github.com/pullwise/pullwise/transfer/lane"
 	"github.com/pullwise/pullwise/transfer/lazy"
-	"github.com/pullwise/pullwise/transfer/pullctx"
 	"github.com/pullwise/pullwise/transfer/peers"
+	"github.com/pullwise/pullwise/transfer/peers/keep"
+	"github.com/pullwise/pullwise/transfer/pullctx"
 	"github.com/pullwise/pullwise/transfer/pullkey"
 	"github.com/pullwise/pullwise/transfer/source"
 	"github.com/pullwise/pullwise/transfer/space"
@@ -87,6 +88,9 @@ type Config struct {
 	// Peers, when set, are asked for every blob before the registries,
 	// and learn the blobs of every image pulled (transfer/peers).
 	Peers *peers.Node
+	// Keep, with Peers, holds the blobs pulls fetch for the peers a while,
+	// even where CRI discards them once unpacked.
+	Keep *keep.Keeper
 }
 
 type config struct {

@@ -235,3 +235,44 @@ func flipFirstByte(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestFleetPeersDiscardUnpackedLayers: nodes set as EKS, GKE and Talos
+// set CRI (discard_unpacked_layers) let a layer blob go once unpacked;
+// with peers on, each node keeps what it pulled for its peers a while
+// (keep_for, keep_bytes), so a rollout still costs the registry one copy.
+func TestFleetPeersDiscardUnpackedLayers(t *testing.T) {
+	f := fleet.New(t, fleet.Options{})
+	cfg := f.PeersConfig(t)
+	nodes := make([]*fleet.Node, 3)
+	for i := range nodes {
+		nodes[i] = f.AddNode(t, daemon.Options{LogLevel: "info", ExtraConfig: cfg, CRIImages: "discard_unpacked_layers = true"})
+	}
+	await.Until(t, 30*time.Second, "every node to join its peers", func() bool {
+		for _, n := range nodes {
+			if n.Metric(t, "pullwise_peers_connected") < float64(len(nodes)-1) {
+				return false
+			}
+		}
+		return true
+	})
+	img := f.Push(t, "fleet/app", "discard", registry.Image{Layers: []int64{2 << 20, 1 << 20}, Seed: 4500})
+	for i, n := range nodes {
+		if err := n.Pull(t.Context(), img.Ref); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			await.Until(t, 30*time.Second, "n0 to announce its blobs", func() bool {
+				return n.Metric(t, "pullwise_peer_announcements_total") >= float64(len(img.Blobs()))
+			})
+		}
+	}
+	eg := f.TakeEgress(t)
+	for _, d := range img.Blobs() {
+		if got := eg.BlobGets[d]; got != 1 {
+			t.Errorf("registry: %d GETs of blob %s, want 1 for the fleet", got, d)
+		}
+	}
+	for _, n := range nodes[1:] {
+		assertFromPeers(t, n, img)
+	}
+}

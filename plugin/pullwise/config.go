@@ -80,6 +80,11 @@ type PeersConfig struct {
 	// ReadTimeout bounds every wait on one peer; a peer silent for
 	// longer is given up for the next one, or the registry.
 	ReadTimeout Duration `toml:"read_timeout"`
+	// KeepFor and KeepBytes bound how long, and how much of, the blobs
+	// pulls fetch are kept for the peers, even where CRI discards them
+	// once unpacked (discard_unpacked_layers); 0 bytes keeps nothing.
+	KeepFor   Duration `toml:"keep_for"`
+	KeepBytes int64    `toml:"keep_bytes"`
 }
 
 // Values of AlwaysPullPolicy.
@@ -121,6 +126,11 @@ func DefaultConfig() *Config {
 			UploadBytesPerSecond: 128 << 20,
 			FindTimeout:          Duration(500 * time.Millisecond),
 			ReadTimeout:          Duration(5 * time.Second),
+			// A rollout's nodes pull within minutes of each other; a
+			// few images' worth, which disk_reserve_percent still
+			// leaves room beside.
+			KeepFor:   Duration(30 * time.Minute),
+			KeepBytes: 4 << 30,
 		},
 	}
 }
@@ -155,6 +165,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("disk_reserve_percent must be 0-50, got %d", c.DiskReservePercent)
 	case c.Peers.Enabled && c.Peers.ClusterKeyFile == "":
 		return fmt.Errorf("peers.cluster_key_file is required when peers are enabled: without it any host that reaches this node could read its blobs (docs/peers.md says how to make one)")
+	case c.Peers.KeepBytes < 0 || c.Peers.KeepFor < 0:
+		return fmt.Errorf("peers.keep_bytes and peers.keep_for must not be negative, got %d and %s", c.Peers.KeepBytes, c.Peers.KeepFor)
 	case c.Peers.UploadBytesPerSecond < 0:
 		return fmt.Errorf("peers.upload_bytes_per_second must be 0 (no cap) or more, got %d", c.Peers.UploadBytesPerSecond)
 	case c.Peers.Enabled && (c.Peers.FindTimeout <= 0 || c.Peers.ReadTimeout <= 0):

@@ -27,6 +27,7 @@ import (
 	"github.com/pullwise/pullwise/transfer"
 	"github.com/pullwise/pullwise/transfer/gate"
 	"github.com/pullwise/pullwise/transfer/health"
+	"github.com/pullwise/pullwise/transfer/peers/keep"
 )
 
 func init() {
@@ -80,6 +81,9 @@ func init() {
 					log.G(ic.Context).WithError(err).Error("!!! peers not started: pulls go to the registries only")
 				} else {
 					closePeers = tc.Peers.Close
+					if c.Peers.KeepBytes > 0 && c.Peers.KeepFor > 0 {
+						tc.Keep = keep.New(metadata.NewLeaseManager(m.(*metadata.DB)), time.Duration(c.Peers.KeepFor), c.Peers.KeepBytes)
+					}
 				}
 			}
 			ts.Configure(tc)
