@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/containerd/containerd/v2/core/transfer"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/pullwise/pullwise/transfer/gate"
@@ -95,7 +97,8 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		s.hub.Update(key, ev)
 		progress(ev)
 	}
-	r.watch(ctx, progress, turn, held.release)
+	expected := r.watch(ctx, progress, turn, held.release)
+	defer expected()
 	tctx := lazy.WithObserver(lane.WithTicket(ctx, r.ticket), s.lazyLayer(r.p, r.rec, tap))
 	if err := s.next.Transfer(tctx, r.src, dst, transfer.WithProgress(tap)); err != nil {
 		if r.cfg.Space != nil {
@@ -118,7 +121,7 @@ func (r *running) recorded(ctx context.Context) (closeSource func()) {
 	cfg := r.cfg
 	hosts := source.Hosts{Dirs: cfg.HostDirs, Health: cfg.Health, Downloads: cfg.Downloads, Link: cfg.Link}
 	if cfg.Peers != nil {
-		hosts.Peers = peers.NewTransport(cfg.Peers)
+		hosts.Peers, hosts.Arrivals = peers.NewTransport(cfg.Peers), cfg.Peers
 	}
 	f, ok, err := source.New(ctx, r.src, hosts)
 	if err != nil {
@@ -212,15 +215,17 @@ func (r *running) takeSlot(ctx context.Context) (held slot, ended string, err er
 
 // watch has the recorder tell the running pull what it reads: bytes, as
 // downloading events, and for a pull of one platform, when every blob is
-// in, which layers it will not fetch, and what it has left.
-func (r *running) watch(ctx context.Context, progress func(transfer.Progress), turn *gate.Turn, release func()) {
+// in, which layers it will not fetch, and what it has left, which the
+// node's peers then expect it to fetch. The returned func, called when
+// the pull ends, tells them it is over.
+func (r *running) watch(ctx context.Context, progress func(transfer.Progress), turn *gate.Turn, release func()) (ended func()) {
 	if r.rec == nil {
-		return
+		return func() {}
 	}
 	s := r.s
 	r.rec.OnBlobBytes(s.downloadTap(r.key, r.p, progress))
 	if !onePlatform(r.dst) {
-		return
+		return func() {}
 	}
 	// The slot bounds pulls talking to registries. Once every blob is in,
 	// only unpacking is left, which the unpack lane orders and bounds: the
@@ -237,11 +242,34 @@ func (r *running) watch(ctx context.Context, progress func(transfer.Progress), t
 	// Downloads and unpacking serve first the pull that would be done
 	// first, by when it was asked for and what it has left (lane.Ticket).
 	r.rec.OnSize(r.ticket.Size)
-	if keeper := r.cfg.Keep; keeper != nil {
-		r.rec.OnBlobs(func(blobs []ocispec.Descriptor) {
+	if r.cfg.Peers == nil {
+		return func() {}
+	}
+	var (
+		mu   sync.Mutex
+		done = func() {}
+	)
+	r.rec.OnBlobs(func(blobs []ocispec.Descriptor) {
+		if keeper := r.cfg.Keep; keeper != nil {
 			if err := keeper.Keep(ctx, blobs); err != nil {
 				log.G(ctx).WithError(err).Warn("peers: blobs not kept")
 			}
-		})
+		}
+		// The node's peers that ask for one of these meanwhile follow
+		// this pull's download rather than go to the registry too.
+		ds := make([]digest.Digest, len(blobs))
+		for i, b := range blobs {
+			ds[i] = b.Digest
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		prev := done
+		expect := r.cfg.Peers.Expect(ds...)
+		done = func() { prev(); expect() }
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		done()
 	}
 }

@@ -65,6 +65,9 @@ func BenchmarkFleet(b *testing.B) {
 		for range slices.Max(fleetSizes) {
 			nodes[a.name] = append(nodes[a.name], f.AddNode(b, opts))
 		}
+		if a.peers {
+			fleet.AwaitMesh(b, nodes[a.name])
+		}
 	}
 	for _, n := range fleetSizes {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {

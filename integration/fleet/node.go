@@ -152,8 +152,18 @@ func (n *Node) Clean(t testing.TB, img Image) {
 	if err := n.Images.RemoveImage(ctx, &criapi.ImageSpec{Image: img.Ref}); err != nil && status.Code(err) != codes.NotFound {
 		t.Fatalf("node %s: remove %s: %v", n.Name, img.Ref, err)
 	}
+	// What the node kept for its peers goes too (transfer/peers/keep).
 	// Deleting a lease with Sync runs containerd's GC before it answers.
 	leases := leasesapi.NewLeasesClient(n.conn)
+	kept, err := leases.List(criNamespace(), &leasesapi.ListRequest{Filters: []string{`labels."io.pullwise.peers.keep"==true`}})
+	if err != nil {
+		t.Fatalf("node %s: list leases: %v", n.Name, err)
+	}
+	for _, l := range kept.GetLeases() {
+		if _, err := leases.Delete(criNamespace(), &leasesapi.DeleteRequest{ID: l.GetID()}); err != nil {
+			t.Fatalf("node %s: delete lease %s: %v", n.Name, l.GetID(), err)
+		}
+	}
 	l, err := leases.Create(criNamespace(), &leasesapi.CreateRequest{})
 	if err != nil {
 		t.Fatalf("node %s: create lease: %v", n.Name, err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/peers"
 )
 
@@ -66,4 +67,18 @@ func (n *Node) Metric(t testing.TB, sample string) float64 {
 		t.Fatalf("node %s: metrics: %v", n.Name, err)
 	}
 	return 0
+}
+
+// AwaitMesh waits until every node with peers on is connected to all the
+// others, as the nodes of a cluster are long before a rollout.
+func AwaitMesh(t testing.TB, nodes []*Node) {
+	t.Helper()
+	await.Until(t, 30*time.Second, "every node to join its peers", func() bool {
+		for _, n := range nodes {
+			if n.Metric(t, "pullwise_peers_connected") < float64(len(nodes)-1) {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -33,14 +33,7 @@ func TestFleetPeers(t *testing.T) {
 	for i := range nodes {
 		nodes[i] = f.AddNode(t, daemon.Options{LogLevel: "info", ExtraConfig: cfg})
 	}
-	await.Until(t, 30*time.Second, "every node to join its peers", func() bool {
-		for _, n := range nodes {
-			if n.Metric(t, "pullwise_peers_connected") < float64(len(nodes)-1) {
-				return false
-			}
-		}
-		return true
-	})
+	fleet.AwaitMesh(t, nodes)
 
 	img := f.Push(t, "fleet/app", "peers", registry.Image{Layers: []int64{3 << 20, 2 << 20, 1 << 20}, Seed: 4300})
 	if err := nodes[0].Pull(t.Context(), img.Ref); err != nil {
@@ -124,14 +117,7 @@ func TestFleetPeerFaults(t *testing.T) {
 	for i := range nodes {
 		nodes[i] = f.AddNode(t, daemon.Options{LogLevel: "info", ExtraConfig: cfg})
 	}
-	await.Until(t, 30*time.Second, "every node to join its peers", func() bool {
-		for _, n := range nodes {
-			if n.Metric(t, "pullwise_peers_connected") < float64(len(nodes)-1) {
-				return false
-			}
-		}
-		return true
-	})
+	fleet.AwaitMesh(t, nodes)
 	creds := &registry.BasicAuth{User: "fleet", Password: "s3cret"}
 	seed := int64(4400)
 	// held has n0 pull a new image, with auth, and announce its blobs; a
@@ -247,14 +233,7 @@ func TestFleetPeersDiscardUnpackedLayers(t *testing.T) {
 	for i := range nodes {
 		nodes[i] = f.AddNode(t, daemon.Options{LogLevel: "info", ExtraConfig: cfg, CRIImages: "discard_unpacked_layers = true"})
 	}
-	await.Until(t, 30*time.Second, "every node to join its peers", func() bool {
-		for _, n := range nodes {
-			if n.Metric(t, "pullwise_peers_connected") < float64(len(nodes)-1) {
-				return false
-			}
-		}
-		return true
-	})
+	fleet.AwaitMesh(t, nodes)
 	img := f.Push(t, "fleet/app", "discard", registry.Image{Layers: []int64{2 << 20, 1 << 20}, Seed: 4500})
 	for i, n := range nodes {
 		if err := n.Pull(t.Context(), img.Ref); err != nil {
