@@ -338,6 +338,14 @@ func (s *shares) fetched(dgst digest.Digest) {
 	}
 }
 
+// has reports whether a pull of this node expects dgst or it is
+// arriving.
+func (s *shares) has(dgst digest.Digest) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expect[dgst] != nil || s.arr[dgst] != nil
+}
+
 // ask counts this node's fetches of dgst asking its owner (by +1, then
 // -1): while one does, this node is not downloading dgst, and a follow
 // request that would wait for that download is refused, so two nodes

@@ -372,3 +372,39 @@ func TestDoneRemovesArrivals(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnerSendsToClaimant: the owner of d (A) does not pull it. The
+// first peer to ask (B) is told to fetch d from its registry, and a later
+// one (C) is sent by A to follow B's download: d crosses the registry
+// link once, though its owner never holds it.
+func TestOwnerSendsToClaimant(t *testing.T) {
+	key := clusterKey(t)
+	a := startNode(t, testConfig(t, key), localStore(t))
+	b := startNode(t, testConfig(t, key, a), localStore(t))
+	c := startNode(t, testConfig(t, key, a, b), localStore(t))
+	awaitMesh(t, a, b, c)
+	blob, d := ownedBy(t, a.ID(), []peer.ID{a.ID(), b.ID(), c.ID()}, 200<<10)
+	defer b.Expect(d)()
+	defer c.Expect(d)()
+
+	if r := result(t, fetchAsync(b, d, len(blob))); !errors.Is(r.err, ErrNotFound) {
+		t.Fatalf("B, first to ask: %v, want ErrNotFound (fetch it from the registry)", r.err)
+	}
+	if got := a.claims.holder(d, time.Now()); got != b.ID() {
+		t.Fatalf("A's claimant of d is %q, want B", got)
+	}
+	ch := fetchAsync(c, d, len(blob))
+	awaitFollower(t, b)
+	w := b.Arriving(d, 0, int64(len(blob)))
+	for off := 0; off < len(blob); off += 64 << 10 {
+		w.Write(blob[off:min(off+64<<10, len(blob))])
+	}
+	w.Close()
+	r := result(t, ch)
+	if r.err != nil || !bytes.Equal(r.blob, blob) || r.from != b.ID().String() {
+		t.Fatalf("C: %d bytes from %s, %v; want the blob from B (%s)", len(r.blob), r.from, r.err, b.ID())
+	}
+	if s := a.Stats(); s.BytesServed != 0 {
+		t.Fatalf("A served %d bytes of a blob it never held", s.BytesServed)
+	}
+}

@@ -98,11 +98,22 @@ func (n *Node) fetch(ctx context.Context, dgst digest.Digest, size int64) (*os.F
 // owner to be asked again should the DHT name it.
 func (n *Node) fetchOwner(ctx context.Context, dgst digest.Digest, size int64, f *os.File, tried map[peer.ID]bool) (int64, peer.ID, error) {
 	owner := Owner(dgst, append(n.Peers(), n.ID()))
-	if tried[owner] {
+	if owner == n.ID() {
+		// This node coordinates dgst: a peer it told to fetch it is
+		// followed like an owner.
+		owner = n.claims.holder(dgst, time.Now())
+	}
+	if owner == "" || tried[owner] {
 		return 0, "", nil
 	}
 	n.sh.ask(dgst, 1)
 	got, reason, err := n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, true)
+	var away *elsewhereError
+	if errors.As(err, &away) && !tried[away.peer] {
+		// The owner sent this node to the peer fetching dgst.
+		owner = away.peer
+		got, reason, err = n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, true)
+	}
 	n.sh.ask(dgst, -1)
 	switch {
 	case err == nil:
@@ -206,7 +217,11 @@ func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, si
 	}
 	switch {
 	case resp.Error != "":
-		return 0, ReasonRefused, fmt.Errorf("peer %s: %s", ai.ID, resp.Error)
+		err := fmt.Errorf("peer %s: %s", ai.ID, resp.Error)
+		if p, perr := peer.Decode(resp.Peer); resp.Peer != "" && perr == nil && p != n.ID() {
+			err = &elsewhereError{peer: p, err: err}
+		}
+		return 0, ReasonRefused, err
 	case resp.Size < 0 || (size >= 0 && resp.Size != size):
 		return 0, ReasonCorrupt, fmt.Errorf("peer %s announced %d bytes, want %d", ai.ID, resp.Size, size)
 	}
@@ -241,6 +256,16 @@ func (n *Node) header(r *bufio.Reader, follow bool) (response, string, error) {
 		}
 	}
 }
+
+// elsewhereError is an owner's answer that another peer is fetching the
+// blob from its registry, to be followed instead.
+type elsewhereError struct {
+	peer peer.ID
+	err  error
+}
+
+func (e *elsewhereError) Error() string { return e.err.Error() + " (" + e.peer.String() + ")" }
+func (e *elsewhereError) Unwrap() error { return e.err }
 
 // rewind empties the spool file for another peer's bytes.
 func rewind(f *os.File) error {

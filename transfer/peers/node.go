@@ -34,7 +34,9 @@ type Node struct {
 	up    *throttle
 	boot  *bootstrapper
 	stats counters
-	sh    *shares // expected and arriving blobs, for peers to follow
+	// claims coordinate the digests this node owns (claims.go).
+	claims claims
+	sh     *shares // expected and arriving blobs, for peers to follow
 	// lookups counts the fetches that asked the DHT for providers.
 	lookups atomic.Int64
 

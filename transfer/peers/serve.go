@@ -48,11 +48,25 @@ func (n *Node) serveBlob(s network.Stream) error {
 			return io.NewSectionReader(ra, off, ra.Size()-off)
 		})
 	}
+	from := s.Conn().RemotePeer()
+	if req.Follow && !n.sh.has(req.Digest) {
+		// Another peer was told to fetch it: no need to wait here.
+		if p := n.claims.holder(req.Digest, time.Now()); p != "" && p != from {
+			return n.answer(s, response{Error: errElsewhere, Peer: p.String()})
+		}
+	}
 	a, err := n.awaitArrival(s, req)
 	if err != nil {
 		return err
 	}
 	if a == nil {
+		// Asked as the digest's owner, with nothing of it here: the
+		// first peer to ask fetches it, the others follow that one.
+		if req.Follow {
+			if p := n.claims.claim(req.Digest, from, time.Now()); p != "" {
+				return n.answer(s, response{Error: errElsewhere, Peer: p.String()})
+			}
+		}
 		n.stats.refused.Add(1)
 		return n.answer(s, response{Error: errNotHeld})
 	}

@@ -36,10 +36,17 @@ type response struct {
 	Size  int64  `json:"size"`
 	Error string `json:"error,omitempty"`
 	Wait  bool   `json:"wait,omitempty"`
+	// Peer, with Error, names the peer fetching the blob from its
+	// registry, for the client to follow instead (claims).
+	Peer string `json:"peer,omitempty"`
 }
 
-// errNotHeld is the Error a server answers for a blob it does not hold.
-const errNotHeld = "not found"
+// Errors a server answers: a blob it does not hold, and one another peer
+// is fetching (Peer says which).
+const (
+	errNotHeld   = "not found"
+	errElsewhere = "fetched by another peer"
+)
 
 func writeLine(w io.Writer, v any) error {
 	b, err := json.Marshal(v)
