@@ -107,12 +107,12 @@ func (n *Node) fetchOwner(ctx context.Context, dgst digest.Digest, size int64, f
 		return 0, "", nil
 	}
 	n.sh.ask(dgst, 1)
-	got, reason, err := n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, true)
+	got, reason, err := n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, request{Digest: dgst, Follow: true})
 	var away *elsewhereError
 	if errors.As(err, &away) && !tried[away.peer] {
 		// The owner sent this node to the peer fetching dgst.
 		owner = away.peer
-		got, reason, err = n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, true)
+		got, reason, err = n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, request{Digest: dgst, Follow: true, Sent: true})
 	}
 	n.sh.ask(dgst, -1)
 	switch {
@@ -144,7 +144,7 @@ func (n *Node) fetchProviders(ctx context.Context, c cid.Cid, dgst digest.Digest
 			continue
 		}
 		tried[ai.ID] = true
-		got, reason, err := n.try(ctx, ai, dgst, size, f, false)
+		got, reason, err := n.try(ctx, ai, dgst, size, f, request{Digest: dgst})
 		if err == nil {
 			return got, ai.ID, nil
 		}
@@ -190,7 +190,8 @@ func (b *budget) next(ctx context.Context, provs <-chan peer.AddrInfo) (peer.Add
 // follow, the peer may keep the client waiting for the blob to start
 // arriving, with a wait line at least every ReadTimeout, for startWait
 // at the most.
-func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, size int64, f *os.File, follow bool) (int64, string, error) {
+func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, size int64, f *os.File, req request) (int64, string, error) {
+	follow := req.Follow
 	if err := rewind(f); err != nil {
 		return 0, "", err
 	}
@@ -206,7 +207,7 @@ func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, si
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
 	defer stop()
 	s.SetWriteDeadline(time.Now().Add(n.cfg.ReadTimeout))
-	if err := writeLine(s, request{Digest: dgst, Follow: follow}); err != nil {
+	if err := writeLine(s, req); err != nil {
 		return 0, peerReason(err), err
 	}
 	body := &peerReader{s: s, timeout: n.cfg.ReadTimeout}

@@ -146,7 +146,7 @@ func (n *Node) awaitArrival(s network.Stream, req request) (*arrival, error) {
 		if e != nil {
 			until = start.Add(startWait)
 		}
-		if sh.closed || !req.Follow || sh.arr[req.Digest] != nil || (e != nil && (e.elsewhere || sh.asking[req.Digest] > 0)) || !time.Now().Before(until) {
+		if sh.closed || !req.Follow || sh.arr[req.Digest] != nil || (e != nil && (e.elsewhere || (sh.asking[req.Digest] > 0 && !req.Sent))) || !time.Now().Before(until) {
 			sh.mu.Unlock()
 			return nil, nil
 		}

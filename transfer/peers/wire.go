@@ -26,6 +26,10 @@ type request struct {
 	Digest digest.Digest `json:"digest"`
 	Offset int64         `json:"offset"`
 	Follow bool          `json:"follow,omitempty"`
+	// Sent says the blob's owner sent the client here, to the peer it
+	// told to fetch the blob: this node will download it, even if it is
+	// still hearing so from the owner.
+	Sent bool `json:"sent,omitempty"`
 }
 
 // response precedes the body: the blob's full size, or why there is no
