@@ -21,11 +21,12 @@ import (
 )
 
 // TestFleetPeers: 4 Pullwise nodes with peers on pull one image through
-// CRI, one after the other. The first takes it from the registry and
+// CRI, one after the other, then another all at once. The first takes it from the registry and
 // the others take every blob from their peers: the registry sends each
 // blob once, every node names the registry as the image's source (the
 // manifest is always the registry's) and its peers as where its blobs
-// came from, and the blobs are in every node's content store.
+// came from, and the blobs are in every node's content store. All at
+// once, the registry sends at most 1.3 copies.
 func TestFleetPeers(t *testing.T) {
 	f := fleet.New(t, fleet.Options{})
 	cfg := f.PeersConfig(t)
@@ -64,6 +65,30 @@ func TestFleetPeers(t *testing.T) {
 	}
 	if want := float64(len(nodes)-1) * float64(img.ConfigSize+img.LayerBytes()); fetched != want {
 		t.Errorf("nodes fetched %.0f bytes from peers, want %.0f: every blob of the image for each", fetched, want)
+	}
+
+	// All at once: each blob's owner has one node fetch it from the
+	// registry while the others follow that download as it arrives.
+	img = f.Push(t, "fleet/app", "peers-at-once", registry.Image{Layers: []int64{3 << 20, 2 << 20, 1 << 20}, Seed: 4301})
+	if _, err := fleet.Rollout(t.Context(), nodes, img.Ref, fleet.Simultaneous); err != nil {
+		t.Fatal(err)
+	}
+	eg = f.TakeEgress(t)
+	copies := float64(eg.Bytes) / float64(img.Bytes)
+	t.Logf("at once: registry sent %.3f copies of the image to %d nodes, %d GETs of a blob at most", copies, len(nodes), eg.MaxGets())
+	if copies > 1.3 {
+		t.Errorf("registry sent %.3f copies of the image to %d nodes pulling at once, want at most 1.3", copies, len(nodes))
+	}
+	for _, n := range nodes {
+		source, _ := n.PullSource(t, img.Ref)
+		if source != img.Ref {
+			t.Errorf("node %s: pull source %q, want %q", n.Name, source, img.Ref)
+		}
+		for _, d := range img.Blobs() {
+			if !n.Has(t, d) {
+				t.Errorf("node %s: blob %s not in its content store", n.Name, d)
+			}
+		}
 	}
 }
 
