@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -278,5 +279,75 @@ func TestFleetPeersDiscardUnpackedLayers(t *testing.T) {
 	}
 	for _, n := range nodes[1:] {
 		assertFromPeers(t, n, img)
+	}
+}
+
+// TestFleetPeerMidBlob: the peer serving a blob stops mid-blob. Stalled
+// (SIGSTOP), the fetching node gives it up after read_timeout; killed,
+// at once. Either way its pull succeeds with the registry's bytes, and
+// counts the peer's failure.
+func TestFleetPeerMidBlob(t *testing.T) {
+	f := fleet.New(t, fleet.Options{})
+	cfg := f.PeersConfig(t) + "  read_timeout = \"1s\"\n"
+	// n0 serves slowly, so that its peers' fetches are under way when it
+	// stops.
+	nodes := []*fleet.Node{f.AddNode(t, daemon.Options{LogLevel: "info", ExtraConfig: cfg + "  upload_bytes_per_second = 1048576\n"})}
+	for range 2 {
+		nodes = append(nodes, f.AddNode(t, daemon.Options{LogLevel: "info", ExtraConfig: cfg}))
+	}
+	fleet.AwaitMesh(t, nodes)
+	for i, tc := range []struct {
+		name   string
+		node   *fleet.Node
+		stop   func(t *testing.T)
+		reason []string // pullwise_peer_fetch_failures_total reasons, one of which counts
+	}{
+		{name: "stalled", node: nodes[1], stop: func(t *testing.T) {
+			pid := nodes[0].Daemon.PID()
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+		}, reason: []string{"stalled"}},
+		{name: "killed", node: nodes[2], stop: func(t *testing.T) { nodes[0].Daemon.Kill(t) }, reason: []string{"broken", "stalled", "dial"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := f.Push(t, "fleet/app", "mid-"+tc.name, registry.Image{Layers: []int64{4 << 20}, Seed: int64(4600 + i)})
+			before := nodes[0].Metric(t, "pullwise_peer_announcements_total")
+			if err := nodes[0].Pull(t.Context(), img.Ref); err != nil {
+				t.Fatal(err)
+			}
+			await.Until(t, 30*time.Second, "n0 to announce the image's blobs", func() bool {
+				return nodes[0].Metric(t, "pullwise_peer_announcements_total")-before >= float64(len(img.Blobs()))
+			})
+			f.TakeEgress(t)
+			failures := func() (n float64) {
+				for _, r := range tc.reason {
+					n += tc.node.Metric(t, `pullwise_peer_fetch_failures_total{reason="`+r+`"}`)
+				}
+				return n
+			}
+			failed, served := failures(), nodes[0].Metric(t, "pullwise_peer_bytes_served_total")
+			pulled := make(chan error, 1)
+			go func() { pulled <- tc.node.Pull(t.Context(), img.Ref) }()
+			await.Until(t, 30*time.Second, "n0 to be serving the layer", func() bool {
+				return nodes[0].Metric(t, "pullwise_peer_bytes_served_total")-served > 0
+			})
+			tc.stop(t)
+			if err := <-pulled; err != nil {
+				t.Fatal(err)
+			}
+			if got := failures() - failed; got < 1 {
+				t.Errorf("%s counted no peer failure (%v)", tc.node.Name, tc.reason)
+			}
+			for _, d := range img.Blobs() {
+				if !tc.node.Has(t, d) {
+					t.Errorf("%s: blob %s not in its content store", tc.node.Name, d)
+				}
+			}
+			if eg := f.TakeEgress(t); eg.BlobGets[img.Layers[0]] != 1 {
+				t.Errorf("registry: %d GETs of the layer, want 1: the node's, after its peer stopped", eg.BlobGets[img.Layers[0]])
+			}
+		})
 	}
 }
