@@ -12,11 +12,6 @@ import (
 )
 
 const (
-	// expectWait is how long a follow request for a digest this node
-	// neither holds, expects nor has arriving waits for one of them: in
-	// a simultaneous rollout the owner may not have read its image
-	// manifest yet when its peers ask.
-	expectWait = 250 * time.Millisecond
 	// startWait bounds the wait of a follow request for an expected
 	// download to start; the wait also ends when the expectation is
 	// done. The download may queue behind the pull's other layers.

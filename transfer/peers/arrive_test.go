@@ -163,7 +163,7 @@ func TestFollowWhileArriving(t *testing.T) {
 
 // TestOwnerRefuses: an owner that will not download d refuses B, and
 // counts the refusal: when it neither holds nor expects d, after
-// expectWait; when it expects d but is itself asking another node (its
+// at once; when it expects d but is itself asking another node (its
 // peers differ from B's) or got d from a peer, at once, so that no two
 // nodes wait for each other. B's Fetch then says ErrNotFound quickly,
 // without counting the owner's miss as a failure.
@@ -174,7 +174,7 @@ func TestOwnerRefuses(t *testing.T) {
 		setup func(d digest.Digest) (undo func())
 		least time.Duration
 	}{
-		{"it does not pull the blob", func(digest.Digest) func() { return func() {} }, expectWait},
+		{"it does not pull the blob", func(digest.Digest) func() { return func() {} }, 0},
 		{"it asks another owner itself", func(d digest.Digest) func() {
 			done := a.Expect(d)
 			a.sh.ask(d, 1)
@@ -406,5 +406,30 @@ func TestOwnerSendsToClaimant(t *testing.T) {
 	}
 	if s := a.Stats(); s.BytesServed != 0 {
 		t.Fatalf("A served %d bytes of a blob it never held", s.BytesServed)
+	}
+}
+
+// TestStaleClaimIsTakenOver: the peer A sent others to no longer fetches
+// d (its pull ended without it). The next peer A sends there is refused,
+// tells A, and becomes the one A sends the others to.
+func TestStaleClaimIsTakenOver(t *testing.T) {
+	key := clusterKey(t)
+	a := startNode(t, testConfig(t, key), localStore(t))
+	b := startNode(t, testConfig(t, key, a), localStore(t))
+	c := startNode(t, testConfig(t, key, a, b), localStore(t))
+	awaitMesh(t, a, b, c)
+	blob, d := ownedBy(t, a.ID(), []peer.ID{a.ID(), b.ID(), c.ID()}, 1000)
+
+	done := b.Expect(d)
+	if r := result(t, fetchAsync(b, d, len(blob))); !errors.Is(r.err, ErrNotFound) {
+		t.Fatalf("B, first to ask: %v, want ErrNotFound", r.err)
+	}
+	done() // B's pull ends without d
+	defer c.Expect(d)()
+	if r := result(t, fetchAsync(c, d, len(blob))); !errors.Is(r.err, ErrNotFound) {
+		t.Fatalf("C, sent to B: %v, want ErrNotFound", r.err)
+	}
+	if got := a.claims.holder(d, time.Now()); got != c.ID() {
+		t.Fatalf("A sends peers asking for d to %q, want C (%s) now", got, c.ID())
 	}
 }

@@ -39,6 +39,15 @@ func (c *claims) holder(d digest.Digest, now time.Time) peer.ID {
 	return ""
 }
 
+// replace makes p the claimant of d if stale still is.
+func (c *claims) replace(d digest.Digest, stale, p peer.ID, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.by[d]; ok && cl.peer == stale {
+		c.by[d] = claim{peer: p, until: now.Add(claimTTL)}
+	}
+}
+
 // claim returns the live claimant of d other than p; when there is none,
 // p becomes it and claim returns "".
 func (c *claims) claim(d digest.Digest, p peer.ID, now time.Time) peer.ID {

@@ -34,15 +34,13 @@
 // follower waits on each read for at most ReadTimeout without progress);
 // else, when a pull of it expects the blob, it waits for the download to
 // start (until that pull is done, or startWait, 2 minutes), sending a
-// wait line every second meanwhile; else it waits expectWait (250 ms,
-// for an owner that has not read its manifest yet) for an expectation or
-// an arrival. Then the owner coordinates (claims.go): the first peer to
+// wait line every second meanwhile. Else the owner coordinates (claims.go): the first peer to
 // ask is told to fetch the blob from its registry itself (and refused),
 // and every later one is sent to follow that peer, which expects the
 // blob; the owner's own pull follows it too. So an owner that does not
-// pull the image still gets the blob fetched once. The owner costs a
-// miss at most expectWait
-// plus one round trip before the DHT's providers are asked (FindTimeout),
+// pull the image, or has not read its manifest yet, still gets the blob
+// fetched once. The owner costs a miss one round trip before the DHT's
+// providers are asked (FindTimeout),
 // and an owner that dies or stalls costs at most ReadTimeout beyond the
 // bytes it sent. A follower spools and verifies the whole blob like any
 // peer's, and fails over to the DHT's providers, then ErrNotFound: its

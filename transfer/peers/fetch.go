@@ -32,7 +32,7 @@ const maxProviders = 20
 // It asks dgst's owner first (Owner over the live peers and this node),
 // directly, when that is another node: the owner serves it from its
 // store or streams its own download as it arrives. When the owner
-// refuses (after expectWait at most, if it expects no such download),
+// refuses (at once, if it expects no such download),
 // fails, or is this node, the DHT's providers are tried.
 //
 // No byte reaches the caller unverified: the whole blob is spooled to
@@ -98,21 +98,29 @@ func (n *Node) fetch(ctx context.Context, dgst digest.Digest, size int64) (*os.F
 // owner to be asked again should the DHT name it.
 func (n *Node) fetchOwner(ctx context.Context, dgst digest.Digest, size int64, f *os.File, tried map[peer.ID]bool) (int64, peer.ID, error) {
 	owner := Owner(dgst, append(n.Peers(), n.ID()))
+	req := request{Digest: dgst, Follow: true}
 	if owner == n.ID() {
 		// This node coordinates dgst: a peer it told to fetch it is
-		// followed like an owner.
-		owner = n.claims.holder(dgst, time.Now())
+		// followed, as the owner sends others to it; none, and this node
+		// is the one to fetch it.
+		owner, req.Sent = n.claims.claim(dgst, n.ID(), time.Now()), true
 	}
 	if owner == "" || tried[owner] {
 		return 0, "", nil
 	}
 	n.sh.ask(dgst, 1)
-	got, reason, err := n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, request{Digest: dgst, Follow: true})
+	got, reason, err := n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, req)
 	var away *elsewhereError
 	if errors.As(err, &away) && !tried[away.peer] {
 		// The owner sent this node to the peer fetching dgst.
+		coordinator := owner
 		owner = away.peer
 		got, reason, err = n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, request{Digest: dgst, Follow: true, Sent: true})
+		if errors.Is(err, errRefused) {
+			// That peer no longer fetches it (a claim from an earlier
+			// pull): this node takes the claim over, and fetches it.
+			n.retakeClaim(ctx, coordinator, dgst, away.peer)
+		}
 	}
 	n.sh.ask(dgst, -1)
 	switch {
@@ -218,7 +226,7 @@ func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, si
 	}
 	switch {
 	case resp.Error != "":
-		err := fmt.Errorf("peer %s: %s", ai.ID, resp.Error)
+		err := fmt.Errorf("peer %s: %s: %w", ai.ID, resp.Error, errRefused)
 		if p, perr := peer.Decode(resp.Peer); resp.Peer != "" && perr == nil && p != n.ID() {
 			err = &elsewhereError{peer: p, err: err}
 		}
@@ -256,6 +264,30 @@ func (n *Node) header(r *bufio.Reader, follow bool) (response, string, error) {
 			return resp, ReasonStalled, errors.New("the peer kept this node waiting")
 		}
 	}
+}
+
+// errRefused is wrapped by a peer's refusal to serve a blob.
+var errRefused = errors.New("refused")
+
+// retakeClaim tells the owner of dgst, coordinator, that the peer it
+// named as fetching it, stale, refused: this node is the claimant now.
+// A coordinator that is this node updates its own claims.
+func (n *Node) retakeClaim(ctx context.Context, coordinator peer.ID, dgst digest.Digest, stale peer.ID) {
+	if coordinator == n.ID() {
+		n.claims.replace(dgst, stale, n.ID(), time.Now())
+		return
+	}
+	s, err := n.host.NewStream(ctx, coordinator, BlobProtocol)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(n.cfg.ReadTimeout))
+	if writeLine(s, request{Digest: dgst, Follow: true, Instead: stale.String()}) != nil {
+		return
+	}
+	var resp response
+	readLine(bufio.NewReaderSize(s, maxLine), &resp)
 }
 
 // elsewhereError is an owner's answer that another peer is fetching the

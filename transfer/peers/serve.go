@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/log"
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
@@ -32,7 +33,7 @@ func (n *Node) serve(s network.Stream) {
 // serveBlob serves, in order: the blob from the store; its arrival, as
 // it grows; for a follow request, the arrival once it starts, when a
 // pull of this node expects the blob, or once an expectation or arrival
-// appears within expectWait. Anything else is refused at once.
+// appears. Anything else is refused at once, and the claims decide.
 func (n *Node) serveBlob(s network.Stream) error {
 	// A client that goes quiet, before asking or while it is sent the
 	// body, is dropped after ReadTimeout rather than holding the stream.
@@ -49,6 +50,12 @@ func (n *Node) serveBlob(s network.Stream) error {
 		})
 	}
 	from := s.Conn().RemotePeer()
+	if req.Instead != "" {
+		if stale, err := peer.Decode(req.Instead); err == nil {
+			n.claims.replace(req.Digest, stale, from, time.Now())
+		}
+		return n.answer(s, response{Error: errNotHeld})
+	}
 	if req.Follow && !n.sh.has(req.Digest) {
 		// Another peer was told to fetch it: no need to wait here.
 		if p := n.claims.holder(req.Digest, time.Now()); p != "" && p != from {
@@ -62,7 +69,7 @@ func (n *Node) serveBlob(s network.Stream) error {
 	if a == nil {
 		// Asked as the digest's owner, with nothing of it here: the
 		// first peer to ask fetches it, the others follow that one.
-		if req.Follow {
+		if req.Follow && Owner(req.Digest, append(n.Peers(), n.ID())) == n.ID() {
 			if p := n.claims.claim(req.Digest, from, time.Now()); p != "" {
 				return n.answer(s, response{Error: errElsewhere, Peer: p.String()})
 			}
@@ -114,12 +121,13 @@ func (n *Node) send(s network.Stream, req request, size int64, body func(offset 
 }
 
 // awaitArrival returns the arrival of the requested blob, counted as
-// followed, or nil to refuse. A follow request waits, bounded: for an
-// expectation or arrival to appear, expectWait; for an expected download
-// to start, until the expectation is done or startWait has passed, with
-// a wait line every second (ReadTimeout/3 if shorter) so that the client
-// knows this node is alive. It is refused at once when this node got the blob from a peer,
-// or is itself asking the blob's owner: then it is not downloading it.
+// followed, or nil to refuse. A follow request for a blob a pull of this
+// node expects waits, bounded, for its download to start: until the
+// expectation is done or startWait has passed, with a wait line every
+// second (ReadTimeout/3 if shorter) so that the client knows this node is
+// alive. It is refused at once when nothing here expects the blob, when
+// this node got it from a peer, or when it is itself asking the blob's
+// owner (unless the owner sent the client): then it is not downloading it.
 func (n *Node) awaitArrival(s network.Stream, req request) (*arrival, error) {
 	sh := n.sh
 	start := time.Now()
@@ -141,7 +149,10 @@ func (n *Node) awaitArrival(s network.Stream, req request) (*arrival, error) {
 			sh.mu.Unlock()
 			return a, nil
 		}
-		until := start.Add(expectWait)
+		// Nothing expected: refused at once, for the claims to decide
+		// (an owner that has not read its manifest yet follows the
+		// claimant like any other peer).
+		until := start
 		e := sh.expect[req.Digest]
 		if e != nil {
 			until = start.Add(startWait)

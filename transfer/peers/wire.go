@@ -30,6 +30,10 @@ type request struct {
 	// told to fetch the blob: this node will download it, even if it is
 	// still hearing so from the owner.
 	Sent bool `json:"sent,omitempty"`
+	// Instead, from a client the owner sent to a peer that refused,
+	// names that peer: the owner makes the client the one fetching the
+	// blob in its place.
+	Instead string `json:"instead,omitempty"`
 }
 
 // response precedes the body: the blob's full size, or why there is no
