@@ -3,6 +3,7 @@ package transfer
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/containerd/containerd/v2/core/transfer"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullwise/pullwise/transfer/hostclient"
+	"github.com/pullwise/pullwise/transfer/source"
 )
 
 // Pull states, as ListPulls reports them.
@@ -30,6 +34,8 @@ type PullStatus struct {
 	BytesDone  int64
 	BytesTotal int64
 	Callers    int // callers sharing the pull
+	// BytesFromPeers are the blob bytes read from the node's peers.
+	BytesFromPeers int64
 }
 
 // tracker knows the pulls in flight, for ListPulls.
@@ -55,6 +61,19 @@ type pull struct {
 	lazyLayers atomic.Int64
 	// noSpace is set while the pull waits for disk space.
 	noSpace atomic.Bool
+	// rec records where the pull's blobs come from, once it does.
+	rec atomic.Pointer[source.Fetcher]
+}
+
+// fromPeers adds up the blob bytes res says peers served.
+func fromPeers(res source.Result) int64 {
+	var n int64
+	for host, s := range res.Blobs {
+		if strings.HasPrefix(host, hostclient.PeerPrefix) {
+			n += s.Bytes
+		}
+	}
+	return n
 }
 
 // waitForSpace marks p as waiting for disk space, or no longer.
@@ -165,6 +184,9 @@ func (t *tracker) list(callers func(key string) int) []PullStatus {
 		}
 		if s.State == StateWaiting {
 			s.BytesTotal = p.left
+		}
+		if rec := p.rec.Load(); rec != nil {
+			s.BytesFromPeers = fromPeers(rec.Result())
 		}
 		out = append(out, s)
 	}

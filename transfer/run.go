@@ -131,6 +131,7 @@ func (r *running) recorded(ctx context.Context) (closeSource func()) {
 		return func() {}
 	}
 	r.src, r.rec = f, f
+	r.p.rec.Store(f)
 	return func() { f.Close() }
 }
 

@@ -25,7 +25,7 @@ func pullsCommand() *cli.Command {
 				return printJSON(cmd.Root().Writer, resp)
 			}
 			w := newTable(cmd.Root().Writer)
-			fmt.Fprintln(w, "IMAGE\tPOD\tSTATE\tCALLERS\tWAITED\tPROGRESS")
+			fmt.Fprintln(w, "IMAGE\tPOD\tSTATE\tCALLERS\tWAITED\tPROGRESS\tFROM PEERS")
 			for _, p := range resp.GetPulls() {
 				pod := "-"
 				if md := p.GetPod(); md != nil {
@@ -35,8 +35,12 @@ func pullsCommand() *cli.Command {
 				if p.GetBytesTotal() > 0 {
 					progress = fmt.Sprintf("%s / %s", units.HumanSize(float64(p.GetBytesDone())), units.HumanSize(float64(p.GetBytesTotal())))
 				}
+				peers := "-"
+				if n := p.GetBytesFromPeers(); n > 0 {
+					peers = units.HumanSize(float64(n))
+				}
 				waited := (time.Duration(p.GetWaitedMs()) * time.Millisecond).Round(100 * time.Millisecond)
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", p.GetImage(), pod, p.GetState(), p.GetCallers(), waited, progress)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.GetImage(), pod, p.GetState(), p.GetCallers(), waited, progress, peers)
 			}
 			return w.Flush()
 		}),

@@ -98,13 +98,14 @@ func (s *Service) ListPulls(context.Context, *api.ListPullsRequest) (*api.ListPu
 	resp := &api.ListPullsResponse{}
 	for _, p := range s.rt.Pulls() {
 		resp.Pulls = append(resp.Pulls, &api.Pull{
-			Image:      p.Image,
-			Pod:        p.Pod,
-			State:      p.State,
-			WaitedMs:   p.Waited.Milliseconds(),
-			BytesDone:  p.BytesDone,
-			BytesTotal: p.BytesTotal,
-			Callers:    int32(p.Callers),
+			Image:          p.Image,
+			Pod:            p.Pod,
+			State:          p.State,
+			WaitedMs:       p.Waited.Milliseconds(),
+			BytesDone:      p.BytesDone,
+			BytesTotal:     p.BytesTotal,
+			Callers:        int32(p.Callers),
+			BytesFromPeers: p.BytesFromPeers,
 		})
 	}
 	return resp, nil

@@ -31,8 +31,11 @@ const (
 
 // PeerHeader is the response header in which a host that fronts several
 // servers, the node's peers, names the one that served a blob; its bytes
-// are counted for "peer/<name>".
-const PeerHeader = "Pullwise-Peer"
+// are counted for PeerPrefix+name.
+const (
+	PeerHeader = "Pullwise-Peer"
+	PeerPrefix = "peer/"
+)
 
 // Node is what every pull on the node shares. Each part may be nil.
 type Node struct {

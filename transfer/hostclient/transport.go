@@ -273,7 +273,7 @@ func span(resp *http.Response) (offset, size int64, ok bool) {
 // servedBy is who served resp: the peer its host names, or host.
 func servedBy(resp *http.Response, host string) string {
 	if p := resp.Header.Get(PeerHeader); p != "" {
-		return "peer/" + p
+		return PeerPrefix + p
 	}
 	return host
 }

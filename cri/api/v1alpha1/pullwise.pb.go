@@ -968,9 +968,12 @@ type Pull struct {
 	BytesDone  int64 `protobuf:"varint,5,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
 	BytesTotal int64 `protobuf:"varint,6,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
 	// Number of callers sharing this pull (identical pulls are deduplicated).
-	Callers       int32 `protobuf:"varint,7,opt,name=callers,proto3" json:"callers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Callers int32 `protobuf:"varint,7,opt,name=callers,proto3" json:"callers,omitempty"`
+	// Blob bytes read so far from the node's peers (docs/peers.md), of
+	// bytes_done's; 0 with peers off.
+	BytesFromPeers int64 `protobuf:"varint,8,opt,name=bytes_from_peers,json=bytesFromPeers,proto3" json:"bytes_from_peers,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Pull) Reset() {
@@ -1048,6 +1051,13 @@ func (x *Pull) GetBytesTotal() int64 {
 func (x *Pull) GetCallers() int32 {
 	if x != nil {
 		return x.Callers
+	}
+	return 0
+}
+
+func (x *Pull) GetBytesFromPeers() int64 {
+	if x != nil {
+		return x.BytesFromPeers
 	}
 	return 0
 }
@@ -1385,7 +1395,7 @@ const file_pullwise_proto_rawDesc = "" +
 	"\x1fRuntimeImagePullProgressRequest\x12$\n" +
 	"\x0epod_sandbox_id\x18\x01 \x01(\tR\fpodSandboxId\x12!\n" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\"\x12\n" +
-	"\x10ListPullsRequest\"\xdb\x01\n" +
+	"\x10ListPullsRequest\"\x85\x02\n" +
 	"\x04Pull\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x120\n" +
 	"\x03pod\x18\x02 \x01(\v2\x1e.runtime.v1.PodSandboxMetadataR\x03pod\x12\x14\n" +
@@ -1395,7 +1405,8 @@ const file_pullwise_proto_rawDesc = "" +
 	"bytes_done\x18\x05 \x01(\x03R\tbytesDone\x12\x1f\n" +
 	"\vbytes_total\x18\x06 \x01(\x03R\n" +
 	"bytesTotal\x12\x18\n" +
-	"\acallers\x18\a \x01(\x05R\acallers\"F\n" +
+	"\acallers\x18\a \x01(\x05R\acallers\x12(\n" +
+	"\x10bytes_from_peers\x18\b \x01(\x03R\x0ebytesFromPeers\"F\n" +
 	"\x11ListPullsResponse\x121\n" +
 	"\x05pulls\x18\x01 \x03(\v2\x1b.pullwise.cri.v1alpha1.PullR\x05pulls\"\x17\n" +
 	"\x15ListRegistriesRequest\"\x9f\x03\n" +
