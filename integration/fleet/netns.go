@@ -146,18 +146,24 @@ func link(hub, port, member, addr string) error {
 // runs in this process like any other: the registry's handler, its
 // recorder and counts need no second process to be read.
 func listenIn(ns, addr string) (net.Listener, error) {
+	return onThreadIn(ns, func() (net.Listener, error) { return net.Listen("tcp", addr) })
+}
+
+// onThreadIn runs fn in namespace ns on a goroutine locked to its OS
+// thread (inNamespace), and returns what fn made.
+func onThreadIn[T io.Closer](ns string, fn func() (T, error)) (T, error) {
 	type result struct {
-		ln  net.Listener
+		v   T
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		ln, err := inNamespace(ns, func() (net.Listener, error) { return net.Listen("tcp", addr) })
-		done <- result{ln, err}
+		v, err := inNamespace(ns, fn)
+		done <- result{v, err}
 	}()
 	r := <-done
-	return r.ln, r.err
+	return r.v, r.err
 }
 
 // inNamespace runs fn with the calling thread, which must be locked, in
@@ -194,19 +200,8 @@ func inNamespace[T io.Closer](ns string, fn func() (T, error)) (T, error) {
 // dialIn connects to addr from inside namespace ns, as listenIn listens:
 // the socket stays in the namespace it was made in.
 func dialIn(ctx context.Context, ns, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		c, err := inNamespace(ns, func() (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", addr)
-		})
-		done <- result{c, err}
-	}()
-	r := <-done
-	return r.c, r.err
+	return onThreadIn(ns, func() (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	})
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/peers"
 )
@@ -80,5 +82,20 @@ func AwaitMesh(t testing.TB, nodes []*Node) {
 			}
 		}
 		return true
+	})
+}
+
+// PullAndAnnounce pulls img through CRI with auth (nil: none) and waits
+// until the node has announced its blobs to its peers: a rolling update
+// waits for a node's pod before the next node pulls, far longer than
+// announcing a few blobs takes; a test waits for it explicitly.
+func (n *Node) PullAndAnnounce(t testing.TB, img Image, auth *criapi.AuthConfig) {
+	t.Helper()
+	before := n.Metric(t, "pullwise_peer_announcements_total")
+	if err := n.PullWith(t.Context(), img.Ref, auth); err != nil {
+		t.Fatal(err)
+	}
+	await.Until(t, 30*time.Second, "node "+n.Name+" to announce the image's blobs", func() bool {
+		return n.Metric(t, "pullwise_peer_announcements_total")-before >= float64(len(img.Blobs()))
 	})
 }

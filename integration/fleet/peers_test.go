@@ -30,33 +30,10 @@ import (
 // once, the registry sends at most 1.3 copies.
 func TestFleetPeers(t *testing.T) {
 	f := fleet.New(t, fleet.Options{})
-	cfg := f.PeersConfig(t)
-	nodes := make([]*fleet.Node, 4)
-	for i := range nodes {
-		nodes[i] = f.AddNode(t, daemon.Options{LogLevel: "info", ExtraConfig: cfg})
-	}
-	fleet.AwaitMesh(t, nodes)
+	nodes := withPeers(t, f, 4, daemon.Options{})
 
 	img := f.Push(t, "fleet/app", "peers", registry.Image{Layers: []int64{3 << 20, 2 << 20, 1 << 20}, Seed: 4300})
-	if err := nodes[0].Pull(t.Context(), img.Ref); err != nil {
-		t.Fatal(err)
-	}
-	// A rolling update waits for a node's pod before the next node's, far
-	// longer than announcing a few blobs takes; here the wait is explicit.
-	await.Until(t, 30*time.Second, "the first node to announce its blobs", func() bool {
-		return nodes[0].Metric(t, "pullwise_peer_announcements_total") >= float64(len(img.Blobs()))
-	})
-	for _, n := range nodes[1:] {
-		if err := n.Pull(t.Context(), img.Ref); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eg := f.TakeEgress(t)
-	for _, d := range img.Blobs() {
-		if got := eg.BlobGets[d]; got != 1 {
-			t.Errorf("registry: %d GETs of blob %s, want 1 for the fleet", got, d)
-		}
-	}
+	eg := oneAfterAnother(t, f, nodes, img)
 	t.Logf("registry sent %.3f copies of the image to %d nodes", float64(eg.Bytes)/float64(img.Bytes), len(nodes))
 	assertFromRegistry(t, nodes[0], img)
 	var fetched float64
@@ -138,12 +115,7 @@ func assertFromPeers(t *testing.T, node *fleet.Node, img fleet.Image) {
 //   - n0 is killed: n2's pull succeeds from the registry.
 func TestFleetPeerFaults(t *testing.T) {
 	f := fleet.New(t, fleet.Options{})
-	cfg := f.PeersConfig(t)
-	nodes := make([]*fleet.Node, 3)
-	for i := range nodes {
-		nodes[i] = f.AddNode(t, daemon.Options{LogLevel: "info", ExtraConfig: cfg})
-	}
-	fleet.AwaitMesh(t, nodes)
+	nodes := withPeers(t, f, 3, daemon.Options{})
 	creds := &registry.BasicAuth{User: "fleet", Password: "s3cret"}
 	seed := int64(4400)
 	// held has n0 pull a new image, with auth, and announce its blobs; a
@@ -156,13 +128,7 @@ func TestFleetPeerFaults(t *testing.T) {
 				&registry.Fault{RequireBasicAuth: creds}))
 			t.Cleanup(func() { f.Registry.SetFault(nil) })
 		}
-		before := nodes[0].Metric(t, "pullwise_peer_announcements_total")
-		if err := nodes[0].PullWith(t.Context(), img.Ref, auth); err != nil {
-			t.Fatal(err)
-		}
-		await.Until(t, 30*time.Second, "n0 to announce the image's blobs", func() bool {
-			return nodes[0].Metric(t, "pullwise_peer_announcements_total")-before >= float64(len(img.Blobs()))
-		})
+		nodes[0].PullAndAnnounce(t, img, auth)
 		f.TakeEgress(t)
 		return img
 	}
@@ -254,29 +220,9 @@ func flipFirstByte(t *testing.T, path string) {
 // (keep_for, keep_bytes), so a rollout still costs the registry one copy.
 func TestFleetPeersDiscardUnpackedLayers(t *testing.T) {
 	f := fleet.New(t, fleet.Options{})
-	cfg := f.PeersConfig(t)
-	nodes := make([]*fleet.Node, 3)
-	for i := range nodes {
-		nodes[i] = f.AddNode(t, daemon.Options{LogLevel: "info", ExtraConfig: cfg, CRIImages: "discard_unpacked_layers = true"})
-	}
-	fleet.AwaitMesh(t, nodes)
+	nodes := withPeers(t, f, 3, daemon.Options{CRIImages: "discard_unpacked_layers = true"})
 	img := f.Push(t, "fleet/app", "discard", registry.Image{Layers: []int64{2 << 20, 1 << 20}, Seed: 4500})
-	for i, n := range nodes {
-		if err := n.Pull(t.Context(), img.Ref); err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			await.Until(t, 30*time.Second, "n0 to announce its blobs", func() bool {
-				return n.Metric(t, "pullwise_peer_announcements_total") >= float64(len(img.Blobs()))
-			})
-		}
-	}
-	eg := f.TakeEgress(t)
-	for _, d := range img.Blobs() {
-		if got := eg.BlobGets[d]; got != 1 {
-			t.Errorf("registry: %d GETs of blob %s, want 1 for the fleet", got, d)
-		}
-	}
+	oneAfterAnother(t, f, nodes, img)
 	for _, n := range nodes[1:] {
 		assertFromPeers(t, n, img)
 	}
@@ -313,13 +259,7 @@ func TestFleetPeerMidBlob(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			img := f.Push(t, "fleet/app", "mid-"+tc.name, registry.Image{Layers: []int64{4 << 20}, Seed: int64(4600 + i)})
-			before := nodes[0].Metric(t, "pullwise_peer_announcements_total")
-			if err := nodes[0].Pull(t.Context(), img.Ref); err != nil {
-				t.Fatal(err)
-			}
-			await.Until(t, 30*time.Second, "n0 to announce the image's blobs", func() bool {
-				return nodes[0].Metric(t, "pullwise_peer_announcements_total")-before >= float64(len(img.Blobs()))
-			})
+			nodes[0].PullAndAnnounce(t, img, nil)
 			f.TakeEgress(t)
 			failures := func() (n float64) {
 				for _, r := range tc.reason {
@@ -350,4 +290,37 @@ func TestFleetPeerMidBlob(t *testing.T) {
 			}
 		})
 	}
+}
+
+// oneAfterAnother rolls img out to nodes one after the other, the first
+// announcing its blobs before the next pulls, and checks that the
+// registry sent each blob once for them all.
+func oneAfterAnother(t *testing.T, f *fleet.Fleet, nodes []*fleet.Node, img fleet.Image) fleet.Egress {
+	t.Helper()
+	nodes[0].PullAndAnnounce(t, img, nil)
+	for _, n := range nodes[1:] {
+		if err := n.Pull(t.Context(), img.Ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eg := f.TakeEgress(t)
+	for _, d := range img.Blobs() {
+		if got := eg.BlobGets[d]; got != 1 {
+			t.Errorf("registry: %d GETs of blob %s, want 1 for the fleet", got, d)
+		}
+	}
+	return eg
+}
+
+// withPeers adds n nodes with peers on to f, with opts, and waits until
+// they know each other.
+func withPeers(t *testing.T, f *fleet.Fleet, n int, opts daemon.Options) []*fleet.Node {
+	t.Helper()
+	opts.LogLevel, opts.ExtraConfig = "info", f.PeersConfig(t)
+	nodes := make([]*fleet.Node, n)
+	for i := range nodes {
+		nodes[i] = f.AddNode(t, opts)
+	}
+	fleet.AwaitMesh(t, nodes)
+	return nodes
 }

@@ -378,11 +378,7 @@ func TestDoneRemovesArrivals(t *testing.T) {
 // one (C) is sent by A to follow B's download: d crosses the registry
 // link once, though its owner never holds it.
 func TestOwnerSendsToClaimant(t *testing.T) {
-	key := clusterKey(t)
-	a := startNode(t, testConfig(t, key), localStore(t))
-	b := startNode(t, testConfig(t, key, a), localStore(t))
-	c := startNode(t, testConfig(t, key, a, b), localStore(t))
-	awaitMesh(t, a, b, c)
+	a, b, c := trio(t)
 	blob, d := ownedBy(t, a.ID(), []peer.ID{a.ID(), b.ID(), c.ID()}, 200<<10)
 	defer b.Expect(d)()
 	defer c.Expect(d)()
@@ -413,11 +409,7 @@ func TestOwnerSendsToClaimant(t *testing.T) {
 // d (its pull ended without it). The next peer A sends there is refused,
 // tells A, and becomes the one A sends the others to.
 func TestStaleClaimIsTakenOver(t *testing.T) {
-	key := clusterKey(t)
-	a := startNode(t, testConfig(t, key), localStore(t))
-	b := startNode(t, testConfig(t, key, a), localStore(t))
-	c := startNode(t, testConfig(t, key, a, b), localStore(t))
-	awaitMesh(t, a, b, c)
+	a, b, c := trio(t)
 	blob, d := ownedBy(t, a.ID(), []peer.ID{a.ID(), b.ID(), c.ID()}, 1000)
 
 	done := b.Expect(d)
@@ -432,4 +424,16 @@ func TestStaleClaimIsTakenOver(t *testing.T) {
 	if got := a.claims.holder(d, time.Now()); got != c.ID() {
 		t.Fatalf("A sends peers asking for d to %q, want C (%s) now", got, c.ID())
 	}
+}
+
+// trio starts three nodes of one cluster, each with its own store, and
+// waits until they know each other.
+func trio(t *testing.T) (a, b, c *Node) {
+	t.Helper()
+	key := clusterKey(t)
+	a = startNode(t, testConfig(t, key), localStore(t))
+	b = startNode(t, testConfig(t, key, a), localStore(t))
+	c = startNode(t, testConfig(t, key, a, b), localStore(t))
+	awaitMesh(t, a, b, c)
+	return a, b, c
 }
