@@ -25,10 +25,11 @@ func TestPrintJSONNumbers(t *testing.T) {
 			name: "pulls",
 			msg: &api.ListPullsResponse{Pulls: []*api.Pull{{
 				Image: "r/app:1", State: "waiting", WaitedMs: 1500, BytesDone: 2360893, BytesTotal: 1 << 40, Callers: 2,
-				Pod: &criapi.PodSandboxMetadata{Name: "web", Namespace: "default", Uid: "123", Attempt: 1},
+				Pod:            &criapi.PodSandboxMetadata{Name: "web", Namespace: "default", Uid: "123", Attempt: 1},
+				BytesFromPeers: 1 << 20,
 			}}},
 			want: `{"pulls":[{"image":"r/app:1","state":"waiting","waitedMs":1500,"bytesDone":2360893,"bytesTotal":1099511627776,"callers":2,
-				"pod":{"name":"web","namespace":"default","uid":"123","attempt":1}}]}`,
+				"pod":{"name":"web","namespace":"default","uid":"123","attempt":1},"bytesFromPeers":1048576}]}`,
 		},
 		{
 			name: "no pulls",
