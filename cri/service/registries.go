@@ -18,6 +18,7 @@ const (
 const (
 	kindRegistry = "registry"
 	kindStorage  = "storage"
+	kindPeer     = "peer" // one of the node's peers (docs/peers.md)
 )
 
 // ListRegistries implements api.PullwiseServer.
@@ -45,6 +46,9 @@ func (s *Service) ListRegistries(context.Context, *api.ListRegistriesRequest) (*
 			Requests:    make(map[string]uint64, len(h.Requests)),
 			Kind:        kindRegistry,
 			RetryAt:     nanos(h.RetryAt),
+		}
+		if h.Key.Scheme == "peer" {
+			r.Kind = kindPeer
 		}
 		if len(h.Serves) > 0 {
 			r.Kind = kindStorage

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/plugin"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pullwise/pullwise/transfer/health"
 	"github.com/pullwise/pullwise/transfer/peers"
 )
 
@@ -19,7 +20,7 @@ import (
 // The store is the content plugin's, without namespaces: a blob is the
 // same bytes in every namespace, and the peers never learn which
 // namespace, or image, holds it.
-func startPeers(ic *plugin.InitContext, c PeersConfig) (*peers.Node, error) {
+func startPeers(ic *plugin.InitContext, c PeersConfig, table *health.Table) (*peers.Node, error) {
 	cs, err := ic.GetSingle(plugins.ContentPlugin)
 	if err != nil {
 		return nil, err
@@ -41,6 +42,8 @@ func startPeers(ic *plugin.InitContext, c PeersConfig) (*peers.Node, error) {
 	cfg.UploadBytesPerSec = c.UploadBytesPerSecond
 	cfg.FindTimeout = time.Duration(c.FindTimeout)
 	cfg.ReadTimeout = time.Duration(c.ReadTimeout)
+	// A failing peer is remembered with the registries' hosts.
+	cfg.Health = table
 	node, err := peers.New(ic.Context, cfg, cs.(content.Store))
 	if err != nil {
 		return nil, err

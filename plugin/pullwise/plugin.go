@@ -77,7 +77,7 @@ func init() {
 				// Peers that cannot start (a port taken, a key unreadable)
 				// leave pulls to the registries, as with peers off: the
 				// node still pulls, and says why it shares nothing.
-				if tc.Peers, err = startPeers(ic, c.Peers); err != nil {
+				if tc.Peers, err = startPeers(ic, c.Peers, tc.Health); err != nil {
 					log.G(ic.Context).WithError(err).Error("!!! peers not started: pulls go to the registries only")
 				} else {
 					closePeers = tc.Peers.Close

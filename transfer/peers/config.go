@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/multiformats/go-multiaddr"
+
+	"github.com/pullwise/pullwise/transfer/health"
 )
 
 // Config is what a node needs to join its cluster. It is a plain struct:
@@ -45,6 +47,9 @@ type Config struct {
 	// ReadTimeout bounds every wait on a peer: the dial, the answer and
 	// each read of the body. A peer silent for longer is given up on.
 	ReadTimeout time.Duration
+	// Health, when set, is the node's memory of failing hosts: a peer that
+	// fails is skipped by every fetch for its cooldown (health.Config).
+	Health *health.Table
 	// RecordTTL is how long a provider record lives in the DHT. A node
 	// announces what it still holds every RecordTTL/2, so a blob that
 	// garbage collection removed stops being advertised within

@@ -15,6 +15,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/pullwise/pullwise/transfer/health"
 )
 
 // ErrNotFound is wrapped by Fetch's error when no peer served the blob:
@@ -192,13 +194,54 @@ func (b *budget) next(ctx context.Context, provs <-chan peer.AddrInfo) (peer.Add
 	return peer.AddrInfo{}, false
 }
 
-// try spools dgst from one peer into f. It returns the blob's size, or
+// try spools dgst from one peer into f (exchange), unless the node's
+// health table (Config.Health) has the peer marked down, and tells the
+// table how it went: a peer that sends wrong bytes, stalls or breaks off
+// is skipped by every fetch on the node for the table's cooldown, as a
+// failing registry host is, and `pullctl registries` lists it.
+func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, size int64, f *os.File, req request) (int64, string, error) {
+	admitted, err := n.cfg.Health.Admit(PeerKey(ai.ID), false)
+	if err != nil {
+		return 0, ReasonDown, err
+	}
+	got, reason, err := n.exchange(ctx, ai, dgst, size, f, req)
+	detail := ""
+	if err != nil {
+		detail = err.Error()
+	}
+	admitted.Report(ctx, outcome(ctx, reason, err), detail)
+	return got, reason, err
+}
+
+// PeerKey is a peer in the node's health table.
+func PeerKey(id peer.ID) health.Key { return health.Key{Scheme: "peer", Host: id.String()} }
+
+// outcome is how a try went, for the health table.
+func outcome(ctx context.Context, reason string, err error) health.Outcome {
+	switch {
+	case err == nil:
+		return health.OK
+	case ctx.Err() != nil || reason == "":
+		// The caller gave up, or this node's own spool failed: it says
+		// nothing of the peer.
+		return health.Canceled
+	case reason == ReasonRefused:
+		return health.Answer
+	case reason == ReasonStalled:
+		return health.Timeout
+	case reason == ReasonCorrupt:
+		return health.ServerError
+	}
+	return health.Unreachable
+}
+
+// exchange spools dgst from one peer into f. It returns the blob's size, or
 // the reason the peer failed with, or no reason when the failure is this
 // node's own (its spool file) and no other peer would do better. With
 // follow, the peer may keep the client waiting for the blob to start
 // arriving, with a wait line at least every ReadTimeout, for startWait
 // at the most.
-func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, size int64, f *os.File, req request) (int64, string, error) {
+func (n *Node) exchange(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, size int64, f *os.File, req request) (int64, string, error) {
 	follow := req.Follow
 	if err := rewind(f); err != nil {
 		return 0, "", err

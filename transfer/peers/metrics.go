@@ -18,9 +18,10 @@ const (
 	ReasonCorrupt = "corrupt" // the bytes did not match the digest or the size
 	ReasonStalled = "stalled" // the peer sent nothing for ReadTimeout
 	ReasonBroken  = "broken"  // the stream failed or broke the protocol
+	ReasonDown    = "down"    // not tried: the node's health table has the peer marked down
 )
 
-var reasons = []string{ReasonNoPeer, ReasonDial, ReasonRefused, ReasonCorrupt, ReasonStalled, ReasonBroken}
+var reasons = []string{ReasonNoPeer, ReasonDial, ReasonRefused, ReasonCorrupt, ReasonStalled, ReasonBroken, ReasonDown}
 
 // Stats is a snapshot of a node's counters since it started.
 type Stats struct {

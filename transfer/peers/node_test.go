@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/pullwise/pullwise/internal/await"
+	"github.com/pullwise/pullwise/transfer/health"
 )
 
 // TestFetchFromAPeer: C fetches a blob A holds, whole and from offsets,
@@ -289,4 +290,39 @@ func TestOfferedBlobIsFound(t *testing.T) {
 		_, ok := a.held[missing]
 		return !ok
 	})
+}
+
+// TestFailingPeerIsRemembered: with the node's health table, a peer that
+// sent wrong bytes is marked down there (pullctl registries lists it),
+// and the next fetch skips it, counted as "down", for its cooldown.
+func TestFailingPeerIsRemembered(t *testing.T) {
+	key := clusterKey(t)
+	_, lie := randomBlob(t, 100<<10)
+	sizes := map[digest.Digest]int64{lie: 100 << 10}
+	table := health.New(health.Config{Cooldown: time.Hour, MaxCooldown: time.Hour})
+	l := startNode(t, testConfig(t, key), fakeStore{sizes, liar})
+	cfg := testConfig(t, key, l)
+	cfg.Health = table
+	c := startNode(t, cfg, localStore(t))
+	awaitMesh(t, l, c)
+	advertise(t, l, lie)
+
+	for i, want := range []string{ReasonCorrupt, ReasonDown} {
+		before := c.Stats().FetchFailures[want]
+		if _, _, err := c.Fetch(context.Background(), lie, 100<<10, 0); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("fetch %d: %v, want ErrNotFound", i, err)
+		}
+		if got := c.Stats().FetchFailures[want]; got != before+1 {
+			t.Fatalf("fetch %d: %s failures %d -> %d, want one more", i, want, before, got)
+		}
+	}
+	var st *health.Status
+	for _, h := range table.Hosts() {
+		if h.Key == PeerKey(l.ID()) {
+			st = &h
+		}
+	}
+	if st == nil || st.Up || st.Requests[health.ServerError] != 1 || st.Requests[health.Skipped] != 1 {
+		t.Fatalf("the liar in the health table: %+v, want down after one server_error and one skip", st)
+	}
 }

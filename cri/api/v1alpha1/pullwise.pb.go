@@ -1166,7 +1166,8 @@ type RegistryHost struct {
 	Requests map[string]uint64 `protobuf:"bytes,8,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// "registry", a host that hosts.toml names (or the default host); or
 	// "storage", a CDN or object store that registries redirected blob
-	// downloads to, whose failures are its own and not theirs.
+	// downloads to, whose failures are its own and not theirs; or "peer",
+	// one of the node's peers (docs/peers.md), as peer://<peer ID>.
 	Kind string `protobuf:"bytes,9,opt,name=kind,proto3" json:"kind,omitempty"`
 	// For a storage host: the registry hosts that redirected to it.
 	Serves []string `protobuf:"bytes,10,rep,name=serves,proto3" json:"serves,omitempty"`
