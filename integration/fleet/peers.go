@@ -14,6 +14,8 @@ import (
 
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
+
 	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/peers"
 )
@@ -98,4 +100,15 @@ func (n *Node) PullAndAnnounce(t testing.TB, img Image, auth *criapi.AuthConfig)
 	await.Until(t, 30*time.Second, "node "+n.Name+" to announce the image's blobs", func() bool {
 		return n.Metric(t, "pullwise_peer_announcements_total")-before >= float64(len(img.Blobs()))
 	})
+}
+
+// Registries is what `pullctl registries` shows on node n: the hosts its
+// pulls used, its peers among them.
+func (n *Node) Registries(t testing.TB) []*api.RegistryHost {
+	t.Helper()
+	resp, err := api.NewPullwiseClient(n.conn).ListRegistries(t.Context(), &api.ListRegistriesRequest{})
+	if err != nil {
+		t.Fatalf("node %s: list registries: %v", n.Name, err)
+	}
+	return resp.GetHosts()
 }

@@ -159,6 +159,16 @@ func TestFleetPeerFaults(t *testing.T) {
 		if !nodes[1].Has(t, bad) {
 			t.Errorf("n1 has no layer %s", bad)
 		}
+		// pullctl registries on n1: the peer that lied is down.
+		down := 0
+		for _, h := range nodes[1].Registries(t) {
+			if h.GetKind() == "peer" && h.GetState() == "down" && strings.HasPrefix(h.GetHost(), "peer://") {
+				down++
+			}
+		}
+		if down != 1 {
+			t.Errorf("n1 lists %d peers down, want the one that sent wrong bytes", down)
+		}
 	})
 
 	t.Run("private image", func(t *testing.T) {
