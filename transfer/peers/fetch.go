@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"os"
@@ -79,10 +80,11 @@ func (n *Node) fetch(ctx context.Context, dgst digest.Digest, size int64) (*os.F
 	// Unlinked at once: the open file keeps the bytes, and nothing is
 	// left behind however the caller or the process ends.
 	os.Remove(f.Name())
+	sp := &spool{f: f, h: dgst.Algorithm().Hash(), size: size}
 	tried := map[peer.ID]bool{n.ID(): true} // this node never serves itself
-	got, p, err := n.fetchOwner(ctx, dgst, size, f, tried)
+	got, p, err := n.fetchOwner(ctx, dgst, sp, tried)
 	if err == nil && p == "" {
-		got, p, err = n.fetchProviders(ctx, c, dgst, size, f, tried)
+		got, p, err = n.fetchProviders(ctx, c, dgst, sp, tried)
 	}
 	if err != nil {
 		f.Close()
@@ -98,7 +100,7 @@ func (n *Node) fetch(ctx context.Context, dgst digest.Digest, size int64) (*os.F
 // owner, or no peer and no error to go on with the DHT's providers. A
 // refusal is the owner's ordinary miss, not a failure, and leaves the
 // owner to be asked again should the DHT name it.
-func (n *Node) fetchOwner(ctx context.Context, dgst digest.Digest, size int64, f *os.File, tried map[peer.ID]bool) (int64, peer.ID, error) {
+func (n *Node) fetchOwner(ctx context.Context, dgst digest.Digest, sp *spool, tried map[peer.ID]bool) (int64, peer.ID, error) {
 	owner := Owner(dgst, append(n.Peers(), n.ID()))
 	req := request{Digest: dgst, Follow: true}
 	if owner == n.ID() {
@@ -111,13 +113,13 @@ func (n *Node) fetchOwner(ctx context.Context, dgst digest.Digest, size int64, f
 		return 0, "", nil
 	}
 	n.sh.ask(dgst, 1)
-	got, reason, err := n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, req)
+	got, reason, err := n.try(ctx, peer.AddrInfo{ID: owner}, dgst, sp, req)
 	var away *elsewhereError
 	if errors.As(err, &away) && !tried[away.peer] {
 		// The owner sent this node to the peer fetching dgst.
 		coordinator := owner
 		owner = away.peer
-		got, reason, err = n.try(ctx, peer.AddrInfo{ID: owner}, dgst, size, f, request{Digest: dgst, Follow: true, Sent: true})
+		got, reason, err = n.try(ctx, peer.AddrInfo{ID: owner}, dgst, sp, request{Digest: dgst, Follow: true, Sent: true})
 		if errors.Is(err, errRefused) {
 			// That peer no longer fetches it (a claim from an earlier
 			// pull): this node takes the claim over, and fetches it.
@@ -139,7 +141,7 @@ func (n *Node) fetchOwner(ctx context.Context, dgst digest.Digest, size int64, f
 
 // fetchProviders spools dgst from the first provider the DHT names that
 // serves it right.
-func (n *Node) fetchProviders(ctx context.Context, c cid.Cid, dgst digest.Digest, size int64, f *os.File, tried map[peer.ID]bool) (int64, peer.ID, error) {
+func (n *Node) fetchProviders(ctx context.Context, c cid.Cid, dgst digest.Digest, sp *spool, tried map[peer.ID]bool) (int64, peer.ID, error) {
 	findCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	n.lookups.Add(1)
@@ -154,7 +156,7 @@ func (n *Node) fetchProviders(ctx context.Context, c cid.Cid, dgst digest.Digest
 			continue
 		}
 		tried[ai.ID] = true
-		got, reason, err := n.try(ctx, ai, dgst, size, f, request{Digest: dgst})
+		got, reason, err := n.try(ctx, ai, dgst, sp, request{Digest: dgst})
 		if err == nil {
 			return got, ai.ID, nil
 		}
@@ -199,12 +201,12 @@ func (b *budget) next(ctx context.Context, provs <-chan peer.AddrInfo) (peer.Add
 // table how it went: a peer that sends wrong bytes, stalls or breaks off
 // is skipped by every fetch on the node for the table's cooldown, as a
 // failing registry host is, and `pullctl registries` lists it.
-func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, size int64, f *os.File, req request) (int64, string, error) {
+func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, sp *spool, req request) (int64, string, error) {
 	admitted, err := n.cfg.Health.Admit(PeerKey(ai.ID), false)
 	if err != nil {
 		return 0, ReasonDown, err
 	}
-	got, reason, err := n.exchange(ctx, ai, dgst, size, f, req)
+	got, reason, err := n.exchange(ctx, ai, dgst, sp, req)
 	detail := ""
 	if err != nil {
 		detail = err.Error()
@@ -241,11 +243,11 @@ func outcome(ctx context.Context, reason string, err error) health.Outcome {
 // follow, the peer may keep the client waiting for the blob to start
 // arriving, with a wait line at least every ReadTimeout, for startWait
 // at the most.
-func (n *Node) exchange(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, size int64, f *os.File, req request) (int64, string, error) {
+func (n *Node) exchange(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, sp *spool, req request) (int64, string, error) {
 	follow := req.Follow
-	if err := rewind(f); err != nil {
-		return 0, "", err
-	}
+	// A peer before this one that broke off left its bytes: this one is
+	// asked for the rest (the server honours the offset).
+	req.Offset = sp.n
 	n.host.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.TempAddrTTL)
 	dctx, cancel := context.WithTimeout(ctx, n.cfg.ReadTimeout)
 	s, err := n.host.NewStream(dctx, ai.ID, BlobProtocol)
@@ -274,21 +276,46 @@ func (n *Node) exchange(ctx context.Context, ai peer.AddrInfo, dgst digest.Diges
 			err = &elsewhereError{peer: p, err: err}
 		}
 		return 0, ReasonRefused, err
-	case resp.Size < 0 || (size >= 0 && resp.Size != size):
-		return 0, ReasonCorrupt, fmt.Errorf("peer %s announced %d bytes, want %d", ai.ID, resp.Size, size)
+	case resp.Size < sp.n || (sp.size >= 0 && resp.Size != sp.size):
+		return 0, ReasonCorrupt, fmt.Errorf("peer %s announced %d bytes, want %d", ai.ID, resp.Size, sp.size)
 	}
-	h := dgst.Algorithm().Hash()
-	if _, err := io.CopyN(io.MultiWriter(f, h), r, resp.Size); err != nil {
+	sp.size = resp.Size
+	w, err := io.CopyN(io.MultiWriter(sp.f, sp.h), r, resp.Size-sp.n)
+	sp.n += w
+	if err != nil {
 		if body.err == nil {
 			return 0, "", fmt.Errorf("peers: spool: %w", err)
 		}
 		return 0, peerReason(body.err), err
 	}
-	if got := digest.NewDigest(dgst.Algorithm(), h); got != dgst {
+	if got := digest.NewDigest(dgst.Algorithm(), sp.h); got != dgst {
+		// Which peer's bytes were wrong is not known: the next one
+		// starts over.
+		if err := sp.reset(dgst.Algorithm()); err != nil {
+			return 0, "", err
+		}
 		return 0, ReasonCorrupt, fmt.Errorf("peer %s sent bytes of %s, want %s", ai.ID, got, dgst)
 	}
+	// Every byte is verified now, those an earlier peer sent among them.
 	n.stats.fetched.Add(resp.Size)
 	return resp.Size, "", nil
+}
+
+// spool is what peers sent of a blob so far, in an unlinked file, with
+// its hash: a peer that breaks off or stalls leaves its bytes for the
+// next peer to go on from, as containerd resumes a registry's body with
+// a Range request. Only a whole blob whose hash matches is handed on.
+type spool struct {
+	f    *os.File
+	h    hash.Hash
+	n    int64 // bytes in f, all hashed
+	size int64 // the blob's, once known; -1 before
+}
+
+// reset empties the spool for a peer that starts over.
+func (s *spool) reset(alg digest.Algorithm) error {
+	s.h, s.n = alg.Hash(), 0
+	return rewind(s.f)
 }
 
 // header reads the peer's answer, after the wait lines a follow request

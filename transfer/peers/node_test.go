@@ -326,3 +326,53 @@ func TestFailingPeerIsRemembered(t *testing.T) {
 		t.Fatalf("the liar in the health table: %+v, want down after one server_error and one skip", st)
 	}
 }
+
+// breakingBlob serves blob's first half, then fails: a peer that breaks
+// off mid-blob.
+type breakingBlob struct{ blob []byte }
+
+func (b breakingBlob) ReadAt(p []byte, off int64) (int, error) {
+	half := int64(len(b.blob) / 2)
+	if off >= half {
+		return 0, errors.New("disk gone")
+	}
+	return copy(p, b.blob[off:half]), nil
+}
+func (b breakingBlob) Close() error { return nil }
+func (b breakingBlob) Size() int64  { return int64(len(b.blob)) }
+
+// TestResumeFromAnotherPeer: the blob's owner breaks off half way; the
+// next peer is asked only for the rest, from where the spool ends, as
+// containerd resumes a registry's body with a Range request, and the whole
+// is verified before any byte is handed on.
+func TestResumeFromAnotherPeer(t *testing.T) {
+	key := clusterKey(t)
+	honest := localStore(t)
+	a := startNode(t, testConfig(t, key), honest)
+	var blob []byte
+	var d digest.Digest
+	breaker := &fakeStore{sizes: map[digest.Digest]int64{}}
+	b := startNode(t, testConfig(t, key, a), breaker)
+	c := startNode(t, testConfig(t, key, a, b), localStore(t))
+	awaitMesh(t, a, b, c)
+	blob, d = ownedBy(t, b.ID(), []peer.ID{a.ID(), b.ID(), c.ID()}, 512<<10)
+	breaker.sizes[d] = int64(len(blob))
+	breaker.blob = func(int64) content.ReaderAt { return breakingBlob{blob} }
+	put(t, honest, blob)
+	advertise(t, a, d)
+
+	before := c.Stats().FetchFailures[ReasonBroken]
+	rc, from, err := c.Fetch(context.Background(), d, int64(len(blob)), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, rc); !bytes.Equal(got, blob) || from != a.ID().String() {
+		t.Fatalf("%d bytes from %s, want the blob, finished by A (%s)", len(got), from, a.ID())
+	}
+	if got := c.Stats().FetchFailures[ReasonBroken]; got != before+1 {
+		t.Fatalf("broken failures %d -> %d, want one more: the owner's", before, got)
+	}
+	if served := a.Stats().BytesServed; served >= int64(len(blob)) || served == 0 {
+		t.Fatalf("A served %d bytes of %d: want only the rest after the owner's part", served, len(blob))
+	}
+}
