@@ -206,7 +206,13 @@ func (n *Node) try(ctx context.Context, ai peer.AddrInfo, dgst digest.Digest, sp
 	if err != nil {
 		return 0, ReasonDown, err
 	}
+	resumed := sp.n > 0
 	got, reason, err := n.exchange(ctx, ai, dgst, sp, req)
+	if reason == ReasonCorrupt && resumed && sp.n == 0 {
+		// The wrong bytes may be those an earlier peer left: this one is
+		// asked again for the whole blob before it is blamed.
+		got, reason, err = n.exchange(ctx, ai, dgst, sp, req)
+	}
 	detail := ""
 	if err != nil {
 		detail = err.Error()
