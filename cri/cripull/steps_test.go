@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -22,7 +21,6 @@ import (
 	"github.com/containerd/containerd/v2/core/transfer"
 	"github.com/containerd/containerd/v2/core/transfer/registry"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
-	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/platforms"
@@ -30,10 +28,11 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sirupsen/logrus"
-	bolt "go.etcd.io/bbolt"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullwise/pullwise/cri/criconfig"
+
+	"github.com/pullwise/pullwise/internal/metadatatest"
 )
 
 // TestRepoDigestAndTag: the names CRI gives a pulled image besides its ID
@@ -126,21 +125,7 @@ func TestLabels(t *testing.T) {
 // temporary directory, in CRI's namespace.
 func criStore(t *testing.T) (images.Store, context.Context) {
 	t.Helper()
-	dir := t.TempDir()
-	bdb, err := bolt.Open(filepath.Join(dir, "meta.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bdb.Close() })
-	cs, err := local.NewStore(filepath.Join(dir, "content"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := metadata.NewDB(bdb, cs, nil)
-	if err := db.Init(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return metadata.NewImageStore(db), namespaces.WithNamespace(context.Background(), criconfig.Namespace)
+	return metadata.NewImageStore(metadatatest.DB(t)), namespaces.WithNamespace(context.Background(), criconfig.Namespace)
 }
 
 // TestCreateOrUpdate: a CRI image record is created with CRI's labels, or

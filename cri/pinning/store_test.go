@@ -3,19 +3,18 @@ package pinning
 import (
 	"context"
 	"maps"
-	"path/filepath"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/events/exchange"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
-	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/pullwise/pullwise/cri/criconfig"
+
+	"github.com/pullwise/pullwise/internal/metadatatest"
 )
 
 // testStore is containerd's metadata image store on a bolt DB in a temp
@@ -27,21 +26,8 @@ type testStore struct {
 
 func newTestStore(t testing.TB) *testStore {
 	t.Helper()
-	dir := t.TempDir()
-	bdb, err := bolt.Open(filepath.Join(dir, "meta.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bdb.Close() })
-	cs, err := local.NewStore(filepath.Join(dir, "content"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ex := exchange.NewExchange()
-	db := metadata.NewDB(bdb, cs, nil, metadata.WithEventsPublisher(ex))
-	if err := db.Init(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	db := metadatatest.DB(t, metadata.WithEventsPublisher(ex))
 	return &testStore{Store: metadata.NewImageStore(db), events: ex}
 }
 

@@ -2,17 +2,16 @@ package keep
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
-	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	bolt "go.etcd.io/bbolt"
+
+	"github.com/pullwise/pullwise/internal/metadatatest"
 )
 
 func blob(s string, size int64) ocispec.Descriptor {
@@ -23,21 +22,7 @@ func blob(s string, size int64) ocispec.Descriptor {
 // beyond the budget the oldest pulls' leases go, and a pull larger than
 // the whole budget is not kept.
 func TestKeep(t *testing.T) {
-	dir := t.TempDir()
-	bdb, err := bolt.Open(filepath.Join(dir, "meta.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bdb.Close() })
-	cs, err := local.NewStore(filepath.Join(dir, "content"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := metadata.NewDB(bdb, cs, nil)
-	if err := db.Init(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	lm := metadata.NewLeaseManager(db)
+	lm := metadata.NewLeaseManager(metadatatest.DB(t))
 	ctx := namespaces.WithNamespace(context.Background(), "k8s.io")
 	k := New(lm, time.Hour, 100)
 
