@@ -5,8 +5,9 @@
 // images share base layers the way real ones do.
 //
 // A layer is deterministic: its entries sorted, owned by root, dated at one
-// fixed time, and gzipped by the Go standard library. It is cached as a
-// file under a directory, so the corpus is built once per machine and its
+// fixed time, and gzipped by the Go standard library (or compressed as its
+// image asks: gzip at another level, or zstd). It is cached as a file
+// under a directory, so the corpus is built once per machine and its
 // digests stay the same between runs.
 package corpus
 
@@ -25,11 +26,13 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/compression"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/zstd"
 )
 
 // Source is part of a layer: files of a tree on this machine, taken in
@@ -48,10 +51,43 @@ type Source struct {
 // Layer is one layer, made of its sources in order.
 type Layer []Source
 
+// Compression is how a layer's tar is compressed.
+type Compression string
+
+const (
+	// Gzip is gzip at its default level, as most images are: the zero
+	// value, so layers that do not say are as they always were.
+	Gzip Compression = ""
+	// GzipFast and GzipBest are gzip at level 1 and at level 9.
+	GzipFast Compression = "gzip-1"
+	GzipBest Compression = "gzip-9"
+	// Zstd is zstd at its default level, with the zstd layer media type.
+	Zstd Compression = "zstd"
+)
+
+// MediaType is the layer media type of c.
+func (c Compression) MediaType() types.MediaType {
+	if c == Zstd {
+		return types.OCILayerZStd
+	}
+	return types.OCILayer
+}
+
 // Image is an image's layers, base layers first.
 type Image struct {
 	Name   string
 	Layers []Layer
+	// Compression is each layer's, by index; a layer past its end is
+	// Gzip.
+	Compression []Compression
+}
+
+// compressionOf is the compression of img's layer i.
+func (img Image) compressionOf(i int) Compression {
+	if i < len(img.Compression) {
+		return img.Compression[i]
+	}
+	return Gzip
 }
 
 // epoch dates every entry, as reproducible builds do.
@@ -62,11 +98,19 @@ var epoch = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 func Build(cacheDir string, img Image) (v1.Image, error) {
 	var layers []v1.Layer
 	for i, l := range img.Layers {
-		file, err := cached(cacheDir, l)
+		c := img.compressionOf(i)
+		file, err := cached(cacheDir, l, c)
 		if err != nil {
 			return nil, fmt.Errorf("%s layer %d: %w", img.Name, i, err)
 		}
-		layer, err := tarball.LayerFromFile(file, tarball.WithMediaType(types.OCILayer))
+		// The file is compressed already: LayerFromFile sees which way
+		// from its first bytes and takes it as it is; the options give
+		// the media type (and keep it from warning of a mismatch).
+		opts := []tarball.LayerOption{tarball.WithMediaType(c.MediaType())}
+		if c == Zstd {
+			opts = append(opts, tarball.WithCompression(compression.ZStd))
+		}
+		layer, err := tarball.LayerFromFile(file, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("%s layer %d: %w", img.Name, i, err)
 		}
@@ -89,16 +133,22 @@ func Build(cacheDir string, img Image) (v1.Image, error) {
 	return mutate.ConfigFile(out, cfg)
 }
 
-// cached returns the file of l's compressed tar, building it first when
-// cacheDir does not hold it. The name is a hash of l's description: the
-// same sources give the same file.
-func cached(cacheDir string, l Layer) (string, error) {
+// cached returns the file of l's tar compressed as c, building it first
+// when cacheDir does not hold it. The name is a hash of l's description
+// and c: the same sources compressed the same way give the same file.
+// (Gzip adds nothing to the description, so the files built before there
+// was a choice are still found.)
+func cached(cacheDir string, l Layer, c Compression) (string, error) {
 	desc, err := json.Marshal(l)
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(append(desc, runtime.Version()...))
-	file := filepath.Join(cacheDir, hex.EncodeToString(sum[:12])+".tar.gz")
+	sum := sha256.Sum256(append(append(desc, runtime.Version()...), c...))
+	ext := ".tar.gz"
+	if c == Zstd {
+		ext = ".tar.zst"
+	}
+	file := filepath.Join(cacheDir, hex.EncodeToString(sum[:12])+ext)
 	if _, err := os.Stat(file); err == nil {
 		return file, nil
 	}
@@ -110,7 +160,7 @@ func cached(cacheDir string, l Layer) (string, error) {
 		return "", err
 	}
 	defer os.Remove(tmp.Name())
-	if err := write(tmp, l); err != nil {
+	if err := write(tmp, l, c); err != nil {
 		tmp.Close()
 		return "", err
 	}
@@ -120,9 +170,12 @@ func cached(cacheDir string, l Layer) (string, error) {
 	return file, os.Rename(tmp.Name(), file)
 }
 
-// write writes l as a gzipped tar to w.
-func write(w io.Writer, l Layer) error {
-	zw := gzip.NewWriter(w)
+// write writes l as a tar compressed as c to w.
+func write(w io.Writer, l Layer, c Compression) error {
+	zw, err := compressor(w, c)
+	if err != nil {
+		return err
+	}
 	tw := tar.NewWriter(zw)
 	dirs := map[string]bool{}
 	for _, s := range l {
@@ -134,6 +187,23 @@ func write(w io.Writer, l Layer) error {
 		return err
 	}
 	return zw.Close()
+}
+
+// compressor compresses to w as c.
+func compressor(w io.Writer, c Compression) (io.WriteCloser, error) {
+	switch c {
+	case Gzip:
+		return gzip.NewWriter(w), nil
+	case GzipFast:
+		return gzip.NewWriterLevel(w, gzip.BestSpeed)
+	case GzipBest:
+		return gzip.NewWriterLevel(w, gzip.BestCompression)
+	case Zstd:
+		// One goroutine: the same bytes every time, whatever the
+		// machine's CPUs.
+		return zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	}
+	return nil, fmt.Errorf("unknown compression %q", c)
 }
 
 // add writes the files of s to tw, with every parent directory once.

@@ -70,7 +70,7 @@ func TestLayer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := t.TempDir()
-			file, err := cached(cache, Layer{tc.src})
+			file, err := cached(cache, Layer{tc.src}, Gzip)
 			if err != nil {
 				t.Fatal(err)
 			}

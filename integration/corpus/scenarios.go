@@ -20,6 +20,13 @@ type Trees struct {
 	App    string // a large application tree: an SDK with its own Python, libraries and binaries
 	LLVM   string // a compiler's libraries, as CUDA-like native libraries
 	Pause  string // a directory holding only the pause binary
+
+	// Trees the first corpus does not use, for the unseen one.
+	Plugins string // a few huge binaries, such as Terraform's providers
+	Include string // C headers: many small text files
+	Locale  string // message catalogs: many small files
+	Man     string // manual pages, compressed already
+	Python  string // a language's standard library
 }
 
 // LocalTrees finds the trees on a Debian machine with Go; pause is the
@@ -49,6 +56,15 @@ func LocalTrees(pause string) (Trees, error) {
 	if _, err := os.Stat(llvm); err != nil {
 		llvm = "/usr/lib/gcc"
 	}
+	// The first of dirs on this machine.
+	first := func(dirs ...string) string {
+		for _, d := range dirs[:len(dirs)-1] {
+			if _, err := os.Stat(d); err == nil {
+				return d
+			}
+		}
+		return dirs[len(dirs)-1]
+	}
 	return Trees{
 		GoRoot: goroot,
 		LLVM:   llvm,
@@ -61,6 +77,12 @@ func LocalTrees(pause string) (Trees, error) {
 		GCC:    "/usr/lib/gcc",
 		Doc:    "/usr/share/doc",
 		Pause:  pause,
+
+		Plugins: first("/opt/tf-plugins", "/usr/bin"),
+		Include: first("/usr/include", "/usr/share"),
+		Locale:  first("/usr/share/locale", "/usr/share"),
+		Man:     first("/usr/share/man", "/usr/share"),
+		Python:  first("/usr/lib/python3.11", "/usr/lib/python3", "/usr/share"),
 	}, nil
 }
 
