@@ -8,7 +8,6 @@ import (
 	"github.com/containerd/platforms"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/pullwise/pullwise/transfer/lane"
 	"github.com/pullwise/pullwise/transfer/source"
 )
 
@@ -27,9 +26,9 @@ type prefetch struct {
 
 // startPrefetch prefetches for the pull p of rec into dst, which unpacks
 // one platform. resolved is the reference's descriptor when the fast path
-// resolved it already, else nil. The bytes the pull has to fetch go to
-// its ticket and to ListPulls.
-func (s *Service) startPrefetch(ctx context.Context, p *pull, rec *source.Fetcher, dst transfer.ImageStorer, resolved *ocispec.Descriptor, ticket *lane.Ticket) *prefetch {
+// resolved it already, else nil. The layers the pull has to fetch go to
+// need, which places its ticket, and their bytes to ListPulls.
+func (s *Service) startPrefetch(ctx context.Context, p *pull, rec *source.Fetcher, dst transfer.ImageStorer, resolved *ocispec.Descriptor, need func(layers []ocispec.Descriptor)) *prefetch {
 	ctx, cancel := context.WithCancel(ctx)
 	pf := &prefetch{cancel: cancel, done: make(chan struct{})}
 	var desc ocispec.Descriptor
@@ -43,7 +42,7 @@ func (s *Service) startPrefetch(ctx context.Context, p *pull, rec *source.Fetche
 		pf.desc, pf.layers, pf.err = rec.Prefetch(ctx, desc, platform, s.local.present(ctx), s.local.snapshotted(ctx, unpack))
 		if pf.err == nil {
 			missing := source.Bytes(pf.layers)
-			ticket.Size(missing)
+			need(pf.layers)
 			s.pulls.sized(p, missing)
 		}
 	}()

@@ -162,7 +162,7 @@ func (r *running) takeSlot(ctx context.Context) (held slot, ended string, err er
 	prefetchable := r.rec != nil && onePlatform(r.dst) && !bypass
 	var pf *prefetch
 	if prefetchable && cfg.Gate.Full() {
-		pf = s.startPrefetch(ctx, r.p, r.rec, r.dst, r.desc, r.ticket)
+		pf = s.startPrefetch(ctx, r.p, r.rec, r.dst, r.desc, r.need)
 	}
 	release, waited, err := cfg.Gate.Acquire(lane.WithTicket(ctx, r.ticket), bypass)
 	s.metrics.waitTime.Observe(waited.Seconds())
@@ -172,7 +172,7 @@ func (r *running) takeSlot(ctx context.Context) (held slot, ended string, err er
 	admit := cfg.Space != nil && prefetchable
 	underSlot := false
 	if err == nil && admit && pf == nil {
-		pf, underSlot = s.startPrefetch(ctx, r.p, r.rec, r.dst, r.desc, r.ticket), true
+		pf, underSlot = s.startPrefetch(ctx, r.p, r.rec, r.dst, r.desc, r.need), true
 	}
 	if pf != nil {
 		if d, ok := pf.wait(ctx, err != nil); ok && r.desc == nil {
@@ -219,7 +219,7 @@ func (r *running) takeSlot(ctx context.Context) (held slot, ended string, err er
 // in, which layers it will not fetch, and what it has left, which the
 // node's peers then expect it to fetch. The returned func, called when
 // the pull ends, tells them it is over.
-func (r *running) watch(ctx context.Context, progress func(transfer.Progress), turn *gate.Turn, release func()) (ended func()) {
+func (r *running) watch(ctx context.Context, progress func(transfer.Progress), turn *gate.Hold, release func()) (ended func()) {
 	if r.rec == nil {
 		return func() {}
 	}
@@ -242,7 +242,7 @@ func (r *running) watch(ctx context.Context, progress func(transfer.Progress), t
 	r.rec.OnUnpacked(s.local.snapshotted(ctx, r.dst.(transfer.ImageUnpacker).UnpackPlatforms()[0]))
 	// Downloads and unpacking serve first the pull that would be done
 	// first, by when it was asked for and what it has left (lane.Ticket).
-	r.rec.OnSize(r.ticket.Size)
+	r.rec.OnSize(r.need)
 	if r.cfg.Peers == nil {
 		return func() {}
 	}
@@ -273,4 +273,9 @@ func (r *running) watch(ctx context.Context, progress func(transfer.Progress), t
 		defer mu.Unlock()
 		done()
 	}
+}
+
+// need places the pull's ticket by the cost of the layers it must fetch.
+func (r *running) need(layers []ocispec.Descriptor) {
+	r.ticket.Need(r.cfg.Costs.Of(layers))
 }

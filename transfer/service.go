@@ -73,6 +73,9 @@ type Config struct {
 	// Link gives the node's link to the pull that would finish first
 	// (lane.Link); nil shares it by connection.
 	Link *lane.Link
+	// Costs turns the layers a pull must fetch into its cost, which
+	// places it in line (lane.Ticket); nil: every pull is due when asked.
+	Costs *lane.Costs
 	// Handback decides when a pull whose blobs are in gives its slot
 	// back; nil: at once.
 	Handback *gate.Handback

@@ -11,7 +11,6 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"time"
 
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
@@ -143,13 +142,6 @@ func containerdUnpacks(parallel bool) int {
 	}
 	return 1
 }
-
-// dueSlack is how much sooner, in lane.Ticket time, a pull must be due
-// than others to go before them, on the link and in unpacking: a second
-// at lane.Rate is about 100 MiB, so the images of a deployment burst,
-// within that of each other, share as before, while a large image gives
-// way to small ones.
-const dueSlack = time.Second
 
 // unpackLimit is how many layers the node applies at once. Upstream reads
 // max_concurrent_unpacks of 1 (its default) or less as no limit; Pullwise

@@ -28,6 +28,8 @@ type unpacking struct {
 	parallel bool
 	// chains are the unpacker's locks on chain IDs, shared by every pull.
 	chains *lane.KeyedLock
+	// costs are what layers cost to write here, learned as they are.
+	costs  *lane.Costs
 	ratio  *space.Ratio
 	loaded []unpack.Platform // added for snapshotters unpack_config leaves out
 }
@@ -40,14 +42,17 @@ func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platfo
 	u := &unpacking{
 		layersAtOnce: unpackLimit(c.MaxConcurrentUnpacks),
 		parallel:     parallelUnpack(c.MaxConcurrentUnpacks, configured),
-		chains:       lane.NewKeyedLock(),
+		costs:        lane.NewCosts(),
 		ratio:        &space.Ratio{},
 		loaded:       loaded,
 	}
 	unpacks := lane.New(u.layersAtOnce)
 	if c.SmallPullsFirst {
-		unpacks = lane.Overtaking(u.layersAtOnce, dueSlack)
+		unpacks = lane.Overtaking(u.layersAtOnce, lane.Slack)
 	}
+	// A pull holding a chain lock that an earlier pull waits on lends
+	// that pull's due to its layers waiting in the lane.
+	u.chains = lane.NewKeyedLock(unpacks)
 	dirs := implied.NewDirs()
 	for _, up := range append(configured, loaded...) {
 		a := up.Applier
@@ -57,7 +62,7 @@ func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platfo
 		}
 		// CRI's apply options (image_pull_with_sync_fs, decryption) reach
 		// its pulls' layers through the context (transfer/applyopts).
-		up.Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: u.ratio}}, Lane: unpacks, Waited: u.chains.Waited}
+		up.Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: u.ratio}}, Lane: unpacks, Costs: u.costs}
 		up.Snapshotter = lazy.Snapshotter{Snapshotter: up.Snapshotter}
 		u.platforms = append(u.platforms, up)
 	}
@@ -67,27 +72,30 @@ func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platfo
 // serviceConfig is what Pullwise's transfer service shares with the
 // unpacking, from the config.
 func (u *unpacking) serviceConfig(c *config) transfer.Config {
-	tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(u.platforms), Ratio: u.ratio}
+	tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(u.platforms), Ratio: u.ratio, Costs: u.costs}
 	if c.LinkPriority {
-		tc.Link = lane.NewLink(dueSlack)
+		tc.Link = lane.NewLink(lane.Slack)
 	}
 	if u.parallel {
-		// Only one pull at a time unpacks without its slot: with the
-		// layers of an image unpacked in parallel, the oldest pulls can
-		// use every CPU, and downloads running ahead would take them. One
-		// layer at a time, an image cannot, and a slot kept would only
-		// idle the link (docs/benchmarks-history.md).
 		var slack time.Duration
 		if c.SmallPullsFirst {
-			slack = dueSlack
+			slack = lane.Slack
 		}
-		tc.Handback = gate.NewHandback(1, slack)
+		tc.Handback = gate.NewHandback(earlyUnpacks, slack)
 	}
 	if c.RegistryConfigPath != "" {
 		tc.HostDirs = []string{c.RegistryConfigPath}
 	}
 	return tc
 }
+
+// earlyUnpacks is how many pulls at once unpack without their slot where
+// an image's layers are unpacked in parallel: one, since such a pull can
+// use every CPU, and downloads running ahead of it would take them. One
+// layer at a time, an image cannot, and a slot kept would only idle the
+// link, so there every pull gives its slot back when fetched
+// (docs/benchmarks-history.md has the rounds that chose this).
+const earlyUnpacks = 1
 
 // log says at start what the node does: Pullwise's defaults differ from
 // upstream's here, which debug lines would leave to guesswork.

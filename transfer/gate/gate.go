@@ -1,9 +1,9 @@
 // Package gate limits how many image pulls run at once on a node. Pulls
 // beyond the limit wait for a slot, the way kubelet's parallel puller
 // hands out tokens, but node-wide: CRI, ctr and the Pullwise API all share
-// one gate. They are served in the order of their lane.Ticket: the order
-// they were asked in, except that a pull whose size is known while it
-// waits moves to when it would be done, so a sidecar's small image need not
+// one gate. They are served in due order (lane.Ticket): the order they
+// were asked in, except that a pull whose cost is known while it waits
+// moves to when it would be done, so a sidecar's small image need not
 // wait behind an application's large one asked for just before it.
 package gate
 
@@ -31,17 +31,13 @@ type Gate struct {
 
 type waiter struct {
 	ready  chan struct{} // closed when the waiter is granted a slot
-	ticket *lane.Ticket  // nil: placed at arrival
+	ticket *lane.Ticket  // nil: due at arrival
 	at     time.Time     // arrival
 }
 
-// place is where w stands in line now.
-func (w *waiter) place() time.Time {
-	if w.ticket == nil {
-		return w.at
-	}
-	return w.ticket.Place()
-}
+// due is where w stands in line now: its pull's due moves while it waits,
+// once its cost is known.
+func (w *waiter) due() time.Time { return w.ticket.DueOr(w.at) }
 
 // New returns a gate with limit slots (0 is unlimited) whose waiters give up
 // after timeout (0: only the caller's context decides).
@@ -53,8 +49,8 @@ func New(limit int, timeout time.Duration) *Gate {
 func (g *Gate) Limit() int { return g.limit }
 
 // Acquire takes a slot, waiting when none is free, in the order of the
-// tickets of ctx (lane.WithTicket; without one, a pull is placed when it
-// arrives) and, between equal places, of arrival. It returns
+// tickets of ctx (lane.WithTicket; without one, a pull is due when it
+// arrives) and, between equal dues, of arrival. It returns
 // the release func, which must be called exactly once, and how long it
 // waited. A caller whose context ends while waiting leaves the queue and gets
 // ctx.Err(); one that waits longer than the queue timeout gets an error
@@ -116,14 +112,14 @@ func (g *Gate) releaseOnce() func() {
 // handOff gives a freed slot to the first waiter in line, or returns it
 // to the pool. g.mu must be held.
 //
-// The line is scanned, not kept in a heap: a waiter's place moves when its
+// The line is scanned, not kept in a heap: a waiter's due moves when its
 // pull learns its size, and the queue is as long as the pulls a node has
 // waiting, tens, at most hundreds.
 func (g *Gate) handOff() {
 	if g.waiting.Len() > 0 && (g.limit == 0 || g.running <= g.limit) {
 		first := g.waiting.Front()
-		for e, at := first.Next(), first.Value.(*waiter).place(); e != nil; e = e.Next() {
-			if p := e.Value.(*waiter).place(); p.Before(at) {
+		for e, at := first.Next(), first.Value.(*waiter).due(); e != nil; e = e.Next() {
+			if p := e.Value.(*waiter).due(); p.Before(at) {
 				first, at = e, p
 			}
 		}

@@ -163,7 +163,7 @@ func TestTicketOrder(t *testing.T) {
 			}
 			for i, w := range tc.waiters {
 				if w.size >= 0 {
-					tickets[i].Size(w.size)
+					tickets[i].Need(costOf(w.size))
 				}
 			}
 			release()
@@ -307,3 +307,6 @@ func TestReleaseTwiceFreesOnce(t *testing.T) {
 		t.Fatalf("running %d after double release and one acquire", g.Running())
 	}
 }
+
+// costOf is the cost tests give a pull of bytes: 10 ms a MiB.
+func costOf(bytes int64) time.Duration { return time.Duration(bytes * int64(time.Second) / (100 << 20)) }

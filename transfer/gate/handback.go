@@ -18,88 +18,79 @@ import (
 // end, so no pull holds a slot longer than it would if every pull held
 // its slot to the end.
 //
-// With a slack, a pull due more than slack before every pull unpacking
-// without its slot gives its own back too, up to limit more: a small pull
-// must not keep a slot, and the pulls behind it waiting, for as long as a
-// large image asked for with it takes to unpack.
+// A pull that is late, or ahead of every pull unpacking without its slot,
+// gives its own back too, up to limit more (lane.Extra, the rule the
+// unpack lane follows): a small pull must not keep a slot, and the pulls
+// behind it waiting, for as long as a large image asked for with it takes
+// to unpack.
 type Handback struct {
 	limit int
-	slack time.Duration // 0: no overtaking
 
 	mu    sync.Mutex
-	early map[*Turn]struct{} // pulls unpacking without their slot
-	extra int                // of those, beyond the limit
-	held  []*Turn            // fetched pulls keeping their slot, oldest first
+	extra lane.Extra
+	early map[*Hold]struct{} // pulls unpacking without their slot
+	held  []*Hold            // fetched pulls keeping their slot, in the order fetched
 }
 
 // NewHandback lets limit pulls at once unpack without their slot, and up
-// to limit more that are due more than slack before all of them (0: none).
+// to limit more that are late or ahead of all of them by slack (0: none).
 func NewHandback(limit int, slack time.Duration) *Handback {
-	return &Handback{limit: max(limit, 1), slack: slack, early: map[*Turn]struct{}{}}
+	limit = max(limit, 1)
+	return &Handback{limit: limit, extra: lane.NewExtra(limit, slack), early: map[*Hold]struct{}{}}
 }
 
-// Turn is one pull's part in the hand back.
-type Turn struct {
+// Hold is one pull's hold on its slot in the hand back.
+type Hold struct {
 	h       *Handback
-	ticket  *lane.Ticket // nil: placed when started
+	ticket  *lane.Ticket // nil: due when started
 	started time.Time
-	state   turnState
+	state   holdState
 	extra   bool // gave its slot back beyond the limit
 	release func()
 }
 
-func (t *Turn) place() time.Time {
-	if t.ticket != nil {
-		return t.ticket.Place()
-	}
-	return t.started
-}
+func (t *Hold) due() time.Time { return t.ticket.DueOr(t.started) }
 
-type turnState int
+type holdState int
 
 const (
-	turnActive turnState = iota // downloading
-	turnHeld                    // fetched, keeping its slot
-	turnEarly                   // fetched, slot given back
-	turnDone
+	holdActive holdState = iota // downloading
+	holdKept                    // fetched, keeping its slot
+	holdEarly                   // fetched, slot given back
+	holdDone
 )
 
-// Start begins the turn of a pull placed by ticket (lane.Ticket; nil:
+// Start begins the hold of a pull with ticket (lane.Ticket; nil: due
 // now); call Done when the pull ends, however it ends. A nil Handback
 // gives every slot back at once.
-func (h *Handback) Start(ticket *lane.Ticket) *Turn {
+func (h *Handback) Start(ticket *lane.Ticket) *Hold {
 	if h == nil {
 		return nil
 	}
-	return &Turn{h: h, ticket: ticket, started: time.Now()}
+	return &Hold{h: h, ticket: ticket, started: time.Now()}
 }
 
 // goEarly gives t's slot back if it may unpack without it, and reports
 // whether it did. h.mu must be held.
-func (h *Handback) goEarly(t *Turn) bool {
+func (h *Handback) goEarly(t *Hold) bool {
 	extra := false
 	if len(h.early) >= h.limit {
-		if h.slack == 0 || h.extra >= h.limit {
-			return false
-		}
-		if !lane.AheadOfAll(t.place(), h.slack, h.earlyPlaces) {
+		if !h.extra.May(t.ticket, t.due(), h.earlyDues) {
 			return false
 		}
 		extra = true
+		h.extra.Take()
 	}
-	t.state, t.extra = turnEarly, extra
+	t.state, t.extra = holdEarly, extra
 	h.early[t] = struct{}{}
-	if extra {
-		h.extra++
-	}
 	return true
 }
 
-// earlyPlaces yields the places of the pulls unpacking without their
-// slot. h.mu must be held.
-func (h *Handback) earlyPlaces(yield func(time.Time) bool) {
+// earlyDues yields the dues of the pulls unpacking without their slot.
+// h.mu must be held.
+func (h *Handback) earlyDues(yield func(time.Time) bool) {
 	for e := range h.early {
-		if !yield(e.place()) {
+		if !yield(e.due()) {
 			return
 		}
 	}
@@ -108,14 +99,14 @@ func (h *Handback) earlyPlaces(yield func(time.Time) bool) {
 // Fetched is called when every blob of the pull is in; release gives its
 // slot back, now or when an earlier pull is done unpacking. It does not
 // block.
-func (t *Turn) Fetched(release func()) {
+func (t *Hold) Fetched(release func()) {
 	if t == nil {
 		release()
 		return
 	}
 	h := t.h
 	h.mu.Lock()
-	if t.state != turnActive {
+	if t.state != holdActive {
 		h.mu.Unlock()
 		return
 	}
@@ -124,15 +115,15 @@ func (t *Turn) Fetched(release func()) {
 		release()
 		return
 	}
-	t.state, t.release = turnHeld, release
+	t.state, t.release = holdKept, release
 	h.held = append(h.held, t)
 	h.mu.Unlock()
 }
 
-// Done ends the turn. A pull that gave its slot back early lets the oldest
-// held one give back its own. The caller still releases its own slot as
-// usual (release is idempotent).
-func (t *Turn) Done() {
+// Done ends the hold. A pull that gave its slot back early lets the first
+// held ones that may give back their own. The caller still releases its
+// own slot as usual (release is idempotent).
+func (t *Hold) Done() {
 	if t == nil {
 		return
 	}
@@ -140,12 +131,11 @@ func (t *Turn) Done() {
 	h.mu.Lock()
 	var next []func()
 	switch t.state {
-	case turnEarly:
+	case holdEarly:
 		delete(h.early, t)
 		if t.extra {
-			h.extra--
+			h.extra.Give()
 		}
-		// The oldest held pulls that may now go without their slot.
 		for i := 0; i < len(h.held); {
 			n := h.held[i]
 			if !h.goEarly(n) {
@@ -156,7 +146,7 @@ func (t *Turn) Done() {
 			next = append(next, n.release)
 			n.release = nil
 		}
-	case turnHeld:
+	case holdKept:
 		for i, n := range h.held {
 			if n == t {
 				h.held = append(h.held[:i], h.held[i+1:]...)
@@ -164,7 +154,7 @@ func (t *Turn) Done() {
 			}
 		}
 	}
-	t.state, t.release = turnDone, nil
+	t.state, t.release = holdDone, nil
 	h.mu.Unlock()
 	for _, release := range next {
 		release()

@@ -36,8 +36,8 @@ func TestHandback(t *testing.T) {
 				mu       sync.Mutex
 				released []string
 			)
-			turns := map[string]*Turn{}
-			turn := func(id string) *Turn {
+			turns := map[string]*Hold{}
+			turn := func(id string) *Hold {
 				if turns[id] == nil {
 					turns[id] = h.Start(nil)
 				}
@@ -123,12 +123,12 @@ func TestHandbackOvertaking(t *testing.T) {
 	base := time.Now()
 	due := func(bytes int64) *lane.Ticket {
 		tk := lane.NewTicket(base)
-		tk.Size(bytes)
+		tk.Need(costOf(bytes))
 		return tk
 	}
 	h := NewHandback(1, time.Second)
 	given := map[string]bool{}
-	fetch := func(name string, tk *lane.Ticket) *Turn {
+	fetch := func(name string, tk *lane.Ticket) *Hold {
 		turn := h.Start(tk)
 		turn.Fetched(func() { given[name] = true })
 		return turn
@@ -153,7 +153,7 @@ func TestHandbackOvertaking(t *testing.T) {
 		t.Fatalf("after big ended, given back: %v, want %v", given, want)
 	}
 	large2.Done()
-	if h.Held() != 0 || len(h.early) != 0 || h.extra != 0 {
+	if h.Held() != 0 || len(h.early) != 0 || h.extra.Taken() != 0 {
 		t.Fatalf("left: %d held, %d early, %d extra", h.Held(), len(h.early), h.extra)
 	}
 }

@@ -13,19 +13,16 @@ import (
 
 // Applier applies layers through a lane. containerd's unpacker calls Apply
 // once a layer's download is done, so a place is held only while the
-// layer is being written, never while it is still on the network.
+// layer is being written, never while it is still on the network. What
+// each layer took, pauses left out, teaches Costs.
 type Applier struct {
 	diff.Applier
-	Lane *Lane
-	// Waited reports whether other work waits for something the pull
-	// with ticket t holds, such as the lock on a layer shared with other
-	// images; such a pull's layers are not paced, lest the work it holds
-	// up wait on the pause too. Nil: nothing is held.
-	Waited func(t *Ticket) bool
+	Lane  *Lane
+	Costs *Costs // nil: nothing learned
 }
 
 // Apply implements diff.Applier. The layer's reader may be paced
-// (PacerOf), for the pulls due well before it.
+// (PacerOf), for the pulls ahead of it.
 func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mount.Mount, opts ...diff.ApplyOpt) (ocispec.Descriptor, error) {
 	asked := time.Now()
 	h, err := a.Lane.acquire(ctx)
@@ -33,14 +30,18 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 		return ocispec.Descriptor{}, fmt.Errorf("wait to unpack %s: %w", desc.Digest, err)
 	}
 	defer a.Lane.releaser(h)()
-	waited := time.Since(asked)
-	ctx, pacer := withPacer(ctx, a.Lane, h, a.Waited)
+	started := time.Now()
+	ctx, pacer := withPacer(ctx, a.Lane, h)
 	applied, err := a.Applier.Apply(ctx, desc, mounts, opts...)
+	wrote := time.Since(started) - pacer.Paused()
+	if err == nil {
+		a.Costs.Wrote(desc.MediaType, desc.Size, wrote)
+	}
 	log.G(ctx).WithFields(log.Fields{
 		"layer":  desc.Digest,
-		"waited": waited,
+		"waited": started.Sub(asked),
 		"paused": pacer.Paused(),
-		"took":   time.Since(asked),
+		"wrote":  wrote,
 	}).Debug("layer unpacked in its lane")
 	return applied, err
 }

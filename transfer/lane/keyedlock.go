@@ -12,39 +12,103 @@ import (
 type KeyedLock struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock
+	// lanes learn when a holder's due moves (Lend).
+	lanes []*Lane
 }
 
 type keyLock struct {
-	ch     chan struct{} // holds one token while the key is locked
-	refs   int           // holders and waiters; the entry goes at zero
-	holder *Ticket       // the holder's pull (TicketOf), or nil
+	ch      chan struct{}   // holds one token while the key is locked
+	refs    int             // holders and waiters; the entry goes at zero
+	holder  *Ticket         // the holder's pull (TicketOf), or nil
+	waiters map[*Ticket]int // the waiters' pulls, counted
 }
 
-// NewKeyedLock returns an empty KeyedLock.
-func NewKeyedLock() *KeyedLock {
-	return &KeyedLock{locks: make(map[string]*keyLock)}
+// NewKeyedLock returns an empty KeyedLock whose holders lend their
+// waiters' dues (Ticket.Due) to their work in lanes.
+func NewKeyedLock(lanes ...*Lane) *KeyedLock {
+	return &KeyedLock{locks: make(map[string]*keyLock), lanes: lanes}
 }
 
 // Lock takes the lock for key, or returns ctx.Err() if ctx ends first.
+// While it waits, the holder is due no later than the waiter.
 func (k *KeyedLock) Lock(ctx context.Context, key string) error {
+	mine := TicketOf(ctx)
 	k.mu.Lock()
 	l, ok := k.locks[key]
 	if !ok {
-		l = &keyLock{ch: make(chan struct{}, 1)}
+		l = &keyLock{ch: make(chan struct{}, 1), waiters: map[*Ticket]int{}}
 		k.locks[key] = l
 	}
 	l.refs++
+	select {
+	case l.ch <- struct{}{}:
+		l.holder = mine
+		k.mu.Unlock()
+		return nil
+	default:
+	}
+	if mine != nil {
+		l.waiters[mine]++
+	}
+	lent := k.lend(l.holder)
 	k.mu.Unlock()
+	k.moved(lent)
 
+	defer func() {
+		k.mu.Lock()
+		if mine != nil {
+			if l.waiters[mine]--; l.waiters[mine] == 0 {
+				delete(l.waiters, mine)
+			}
+			k.lend(l.holder) // a waiter that gave up lends no more
+		}
+		k.mu.Unlock()
+	}()
 	select {
 	case l.ch <- struct{}{}:
 		k.mu.Lock()
-		l.holder = TicketOf(ctx)
+		l.holder = mine
+		lent = k.lend(mine)
 		k.mu.Unlock()
+		k.moved(lent)
 		return nil
 	case <-ctx.Done():
 		k.release(key, l)
 		return ctx.Err()
+	}
+}
+
+// lend sets t's lent due to the earliest due of the work waiting on keys
+// t holds, and returns t if it moved earlier. k.mu must be held.
+func (k *KeyedLock) lend(t *Ticket) *Ticket {
+	if t == nil {
+		return nil
+	}
+	var earliest int64
+	for _, l := range k.locks {
+		if l.holder != t {
+			continue
+		}
+		for w := range l.waiters {
+			if d := w.Due().UnixNano(); w != t && (earliest == 0 || d < earliest) {
+				earliest = d
+			}
+		}
+	}
+	before := t.lent.Swap(earliest)
+	if earliest != 0 && (before == 0 || earliest < before) {
+		return t
+	}
+	return nil
+}
+
+// moved tells the lanes that t is due earlier.
+func (k *KeyedLock) moved(t *Ticket) {
+	if t == nil {
+		return
+	}
+	for _, l := range k.lanes {
+		l.Lend(t)
 	}
 }
 
@@ -54,7 +118,9 @@ func (k *KeyedLock) Unlock(key string) {
 	k.mu.Lock()
 	l, ok := k.locks[key]
 	if ok {
+		t := l.holder
 		l.holder = nil
+		k.lend(t) // what it still holds, if anything, lends on
 	}
 	k.mu.Unlock()
 	if !ok {
@@ -62,24 +128,6 @@ func (k *KeyedLock) Unlock(key string) {
 	}
 	<-l.ch
 	k.release(key, l)
-}
-
-// Waited reports whether work waits for a key that a pull with ticket t
-// holds: containerd's unpacker locks a layer's chain ID before its blob is
-// fetched and until it is committed, so every other pull of an image that
-// shares the layer waits for that pull's writing of it (Pacer).
-func (k *KeyedLock) Waited(t *Ticket) bool {
-	if t == nil {
-		return false
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, l := range k.locks {
-		if l.holder == t && l.refs > 1 {
-			return true
-		}
-	}
-	return false
 }
 
 func (k *KeyedLock) release(key string, l *keyLock) {

@@ -156,7 +156,7 @@ func TestSizedTickets(t *testing.T) {
 			for _, p := range tc.pulls {
 				tk := NewTicket(base.Add(p.after))
 				if p.bytes >= 0 {
-					tk.Size(p.bytes)
+					tk.Need(costOf(p.bytes))
 				}
 				tickets = append(tickets, tk)
 			}
@@ -209,7 +209,7 @@ func TestOvertaking(t *testing.T) {
 	base := time.Now()
 	due := func(after time.Duration, bytes int64) context.Context {
 		tk := NewTicket(base.Add(after))
-		tk.Size(bytes)
+		tk.Need(costOf(bytes))
 		return WithTicket(context.Background(), tk)
 	}
 	big, small := due(0, 1700<<20), due(10*time.Millisecond, 20<<20)
@@ -269,9 +269,63 @@ func TestOvertaking(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if tc.lane.running != limit || tc.lane.extra != 0 {
+			if tc.lane.running != limit || tc.lane.extra.Taken() != 0 {
 				t.Fatalf("running %d, extra %d after the limit's %d", tc.lane.running, tc.lane.extra, limit)
 			}
 		})
+	}
+}
+
+// costOf is the cost tests give a pull of bytes: 10 ms a MiB.
+func costOf(bytes int64) time.Duration { return time.Duration(bytes * int64(time.Second) / (100 << 20)) }
+
+// TestLate: a pull past its due takes an extra place at once, however due
+// the holders are; one that turns late while waiting takes the next extra
+// place given back; and a pull whose cost is unknown is never late.
+func TestLate(t *testing.T) {
+	now := time.Now()
+	ticket := func(asked time.Time, cost time.Duration) context.Context {
+		tk := NewTicket(asked)
+		if cost >= 0 {
+			tk.Need(cost)
+		}
+		return WithTicket(context.Background(), tk)
+	}
+	late := ticket(now.Add(-time.Minute), 10*time.Second)
+	soon := ticket(now.Add(-time.Minute), 0) // due well before the late one
+	unknown := ticket(now.Add(-time.Minute), -1)
+
+	l := Overtaking(1, time.Second)
+	held, err := l.Acquire(soon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateDone, err := l.Acquire(late)
+	if err != nil {
+		t.Fatalf("late pull: %v", err)
+	}
+	if l.extra.Taken() != 1 {
+		t.Fatalf("extra places %d, want the late pull's", l.extra.Taken())
+	}
+
+	got := make(chan error, 1)
+	go func() {
+		r, err := l.Acquire(unknown)
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	await.Until(t, 10*time.Second, "the pull of unknown cost to wait", func() bool { return l.Waiting() == 1 })
+	lateDone()
+	if l.Waiting() != 1 {
+		t.Fatal("a pull of unknown cost took the extra place given back")
+	}
+	held()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if l.running != 0 || l.extra.Taken() != 0 {
+		t.Fatalf("places left: running %d, extra %d", l.running, l.extra.Taken())
 	}
 }

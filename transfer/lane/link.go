@@ -64,12 +64,7 @@ func (l *Link) Open(ctx context.Context, places *Lane) *Flow {
 	return f
 }
 
-func (f *Flow) place() time.Time {
-	if f.ticket != nil {
-		return f.ticket.Place()
-	}
-	return f.opened
-}
+func (f *Flow) due() time.Time { return f.ticket.DueOr(f.opened) }
 
 // Moved records that the body delivered bytes.
 func (f *Flow) Moved() {
@@ -83,12 +78,16 @@ func (f *Flow) Close() {
 	f.link.mu.Unlock()
 }
 
-// Behind reports whether a body of a pull at least Slack earlier is
-// arriving now, or such a pull waits for a download place: all places
-// may be this pull's, and its bodies give way only to bodies that move.
+// Behind reports whether a body of a pull Ahead of this one is arriving
+// now, or such a pull waits for a download place: all places may be this
+// pull's, and its bodies give way only to bodies that move. A late pull's
+// body gives way to nobody.
 func (f *Flow) Behind() bool {
 	l := f.link
-	mine := f.place()
+	if f.ticket.Late(l.now()) {
+		return false
+	}
+	mine := f.due()
 	if f.places != nil {
 		if first, ok := f.places.First(); ok && Ahead(first, mine, l.Slack) {
 			return true
@@ -98,7 +97,7 @@ func (f *Flow) Behind() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for o := range l.flows {
-		if o != f && o.moved.Load() > recent && Ahead(o.place(), mine, l.Slack) {
+		if o != f && o.moved.Load() > recent && Ahead(o.due(), mine, l.Slack) {
 			return true
 		}
 	}

@@ -16,10 +16,10 @@ func (c *fakeClock) now() time.Time { return c.t }
 
 func TestLinkBehind(t *testing.T) {
 	base := time.Now()
-	big := func() *Ticket { tk := NewTicket(base); tk.Size(1700 << 20); return tk } // due 17 s on
+	big := func() *Ticket { tk := NewTicket(base); tk.Need(costOf(1700 << 20)); return tk } // due 17 s on
 	small := func(after time.Duration) *Ticket {
 		tk := NewTicket(base.Add(after))
-		tk.Size(20 << 20)
+		tk.Need(costOf(20 << 20))
 		return tk
 	}
 	cases := []struct {
@@ -66,7 +66,7 @@ func TestLinkBehind(t *testing.T) {
 func TestLinkBehindWaiter(t *testing.T) {
 	base := time.Now()
 	bigTicket := NewTicket(base)
-	bigTicket.Size(1700 << 20)
+	bigTicket.Need(costOf(1700 << 20))
 	places := New(1)
 	release, err := places.Acquire(context.Background())
 	if err != nil {
@@ -87,7 +87,7 @@ func TestLinkBehindWaiter(t *testing.T) {
 		{base.Add(10 * time.Millisecond), true},
 	} {
 		tk := NewTicket(w.asked)
-		tk.Size(20 << 20)
+		tk.Need(costOf(20 << 20))
 		ctx, cancel := context.WithCancel(WithTicket(context.Background(), tk))
 		done := make(chan error, 1)
 		go func() {
@@ -112,9 +112,9 @@ func TestLinkBehindWaiter(t *testing.T) {
 func TestLinkYield(t *testing.T) {
 	base := time.Now()
 	bigTicket := NewTicket(base)
-	bigTicket.Size(1700 << 20)
+	bigTicket.Need(costOf(1700 << 20))
 	smallTicket := NewTicket(base)
-	smallTicket.Size(20 << 20)
+	smallTicket.Need(costOf(20 << 20))
 	l := NewLink(time.Second)
 	big := l.Open(WithTicket(context.Background(), bigTicket), nil)
 	defer big.Close()

@@ -2,41 +2,46 @@ package lane
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
-// Pacer holds back the writing of a layer while a layer of a pull due
-// well before it is being written in the same lane, so that the CPUs go to
-// the pull that would finish first.
+// Pacer holds back the writing of a layer while layers of pulls ahead of
+// it (Ahead) fill every place of its lane, so that the CPUs go to the
+// pulls that would finish first.
 //
 // Places alone cannot do that: a place is held to the end of a layer, and
 // the extra places of an Overtaking lane let a small pull's layers start,
 // not finish. Once started, they share the CPUs with a large image's
 // layers, and under kubelet with the runtime starting pods too, so small
 // images take several times longer to unpack than alone
-// (BenchmarkKubeletCorpusBigAndSmall/loopback measures it). The operating
-// system shares CPUs by thread, and a layer is written by one goroutine
-// among containerd's, so its scheduler cannot be told; the layer's reader
-// can. Only work holding a place counts, never work waiting for one: work
-// ahead runs, so no pause waits on a pause; and a pull others wait for
-// (Applier.Waited) is not paced.
+// (BenchmarkKubeletCorpusBigAndSmall measures it). The operating system
+// shares CPUs by thread, and a layer is written by one goroutine among
+// containerd's, so its scheduler cannot be told; the layer's reader can.
+//
+// Only work holding a place counts, never work waiting for one: work
+// ahead runs, so no pause waits on a pause. Fewer layers ahead than
+// places leave a CPU for this one, so it goes on. A late pull gives way to
+// nobody, and a pull others wait on is as early as they are (Ticket.Due).
 type Pacer struct {
 	lane   *Lane
 	mine   *holder
-	waited func(*Ticket) bool // Applier.Waited, or nil
-	asked  every              // Wait's; only the reader
-	paused time.Duration      // in all; only the reader
+	asked  every         // Wait's; only the reader
+	paused time.Duration // in all; only the reader
+	// pausing is set while Wait holds the layer back, for tests that must
+	// not let the work ahead end before the layer has paused.
+	pausing atomic.Bool
 }
 
 type pacerKey struct{}
 
 // withPacer gives ctx's layer the pacer of its place h in l; a lane
-// without slack paces nothing.
-func withPacer(ctx context.Context, l *Lane, h *holder, waited func(*Ticket) bool) (context.Context, *Pacer) {
-	if l.slack == 0 || h == nil {
+// without overtaking paces nothing.
+func withPacer(ctx context.Context, l *Lane, h *holder) (context.Context, *Pacer) {
+	if l.extra.slack == 0 || h == nil {
 		return ctx, nil
 	}
-	p := &Pacer{lane: l, mine: h, waited: waited}
+	p := &Pacer{lane: l, mine: h}
 	return context.WithValue(ctx, pacerKey{}, p), p
 }
 
@@ -46,10 +51,9 @@ func PacerOf(ctx context.Context) *Pacer {
 	return p
 }
 
-// Wait returns once no layer of a pull due more than the lane's slack
-// before this one's holds a place, or when ctx ends. It asks at most every
-// poll, so a reader may call it before every Read. A nil Pacer never
-// waits.
+// Wait returns once the layer need not give way, or when ctx ends. It
+// asks at most every poll, so a reader may call it before every Read. A
+// nil Pacer never waits.
 func (p *Pacer) Wait(ctx context.Context) error {
 	if p == nil {
 		return nil
@@ -58,7 +62,11 @@ func (p *Pacer) Wait(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	defer func() { p.paused += time.Since(start) }()
+	p.pausing.Store(true)
+	defer func() {
+		p.pausing.Store(false)
+		p.paused += time.Since(start)
+	}()
 	_, err := waitWhile(ctx, p.behind, nil)
 	return err
 }
@@ -71,26 +79,21 @@ func (p *Pacer) Paused() time.Duration {
 	return p.paused
 }
 
-// behind reports whether a holder of the lane is Ahead of p's place, and
-// no one waits for p's pull. The lane is asked first: it is the cheaper
-// question, and most of the time the answer is no.
+// behind reports whether p's layer gives way: it is not late, and at
+// least as many layers ahead of it hold places as the lane has.
 func (p *Pacer) behind() bool {
-	if !p.ahead() {
+	if p.mine.ticket.Late(time.Now()) {
 		return false
 	}
-	return p.waited == nil || !p.waited(p.mine.ticket)
-}
-
-// ahead reports whether a holder of the lane is Ahead of p's place.
-func (p *Pacer) ahead() bool {
 	l := p.lane
-	mine := p.mine.place()
+	mine := p.mine.due()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	ahead := 0
 	for h := range l.holders {
-		if Ahead(h.place(), mine, l.slack) {
-			return true
+		if Ahead(h.due(), mine, l.extra.slack) {
+			ahead++
 		}
 	}
-	return false
+	return ahead >= l.limit
 }

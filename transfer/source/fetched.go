@@ -77,17 +77,17 @@ func (r *Recorder) fetchWatch() *fetchWatch {
 // manifestBody is the body of a manifest answer; what it lists is added to
 // the blobs the pull must fetch. An index lists manifests, not blobs: the
 // platform's image manifest follows it. For an image manifest it returns
-// the bytes of its blobs not yet on the node, and true.
-func (w *fetchWatch) manifestBody(b []byte) (int64, bool) {
+// its layers not yet on the node, and true.
+func (w *fetchWatch) manifestBody(b []byte) ([]ocispec.Descriptor, bool) {
 	if w == nil {
-		return 0, false
+		return nil, false
 	}
 	config, layers, ok := imageManifest(b)
 	if !ok {
-		return 0, false
+		return nil, false
 	}
 	skipped, known := w.unpackedLayers(config.Digest, layers)
-	missing := missingBytes(layers, func(d digest.Digest) bool { return skipped[d] || w.present(d) })
+	missing := missingLayers(layers, func(d digest.Digest) bool { return skipped[d] || w.present(d) })
 	w.mu.Lock()
 	w.manifest = true
 	w.image.config, w.image.layers, w.image.skipped = config.Digest, layers, nil
@@ -162,15 +162,15 @@ func (w *fetchWatch) unpackedLayers(config digest.Digest, layers []ocispec.Descr
 	return out, known
 }
 
-// missingBytes adds up the layers not on the node.
-func missingBytes(layers []ocispec.Descriptor, present func(digest.Digest) bool) int64 {
-	var n int64
+// missingLayers lists the layers not on the node.
+func missingLayers(layers []ocispec.Descriptor, present func(digest.Digest) bool) []ocispec.Descriptor {
+	var out []ocispec.Descriptor
 	for _, d := range layers {
 		if !present(d.Digest) {
-			n += d.Size
+			out = append(out, d)
 		}
 	}
-	return n
+	return out
 }
 
 // mountedLazily notes layer d as mounted by a remote snapshotter, which

@@ -76,8 +76,8 @@ func TestFetchWatch(t *testing.T) {
 			left := int64(-1)
 			for _, s := range tc.steps {
 				if s.manifest != nil {
-					if n, ok := rec.fetchWatch().manifestBody(s.manifest); ok {
-						left = n
+					if missing, ok := rec.fetchWatch().manifestBody(s.manifest); ok {
+						left = Bytes(missing)
 					}
 					continue
 				}

@@ -294,8 +294,8 @@ func (f *Fetcher) OnUnpacked(fn Unpacked) {
 // Recorder.MountedLazily.
 func (f *Fetcher) MountedLazily(d digest.Digest) int64 { return f.rec.MountedLazily(d) }
 
-// OnSize reports the bytes the pull has left to fetch; see Recorder.OnSize.
-func (f *Fetcher) OnSize(fn func(bytes int64)) { f.rec.OnSize(fn) }
+// OnSize reports the layers the pull has left to fetch; see Recorder.OnSize.
+func (f *Fetcher) OnSize(fn func(layers []ocispec.Descriptor)) { f.rec.OnSize(fn) }
 
 // OnBlobs reports the blobs the pull will fetch; see Recorder.OnBlobs.
 func (f *Fetcher) OnBlobs(fn func(blobs []ocispec.Descriptor)) { f.rec.OnBlobs(fn) }

@@ -217,7 +217,7 @@ func TestPrefetch(t *testing.T) {
 			// memory when they were prefetched.
 			var sized int64 = -1
 			f.OnFetched(isPresent, func() {})
-			f.OnSize(func(n int64) { sized = n })
+			f.OnSize(func(layers []ocispec.Descriptor) { sized = Bytes(layers) })
 			h.corrupt = false
 			before := h.count("GET", "/manifests/")
 			fetcher, err := f.Fetcher(ctx, f.ref)

@@ -29,7 +29,7 @@ type Recorder struct {
 	fetched *fetchWatch
 	// onSize, when set, learns the bytes left to fetch once the image
 	// manifest of a watched pull is in; onBlobs, the blobs.
-	onSize  func(bytes int64)
+	onSize  func(layers []ocispec.Descriptor)
 	onBlobs func(blobs []ocispec.Descriptor)
 	// lazy counts the layers a remote snapshotter mounted lazily.
 	lazy map[digest.Digest]bool
@@ -49,10 +49,10 @@ func (r *Recorder) MountedLazily(d digest.Digest) int64 {
 }
 
 // OnSize calls fn once the image manifest of a pull watched with OnFetched
-// is in, with the bytes of the image's layers not yet on the node: what
-// the pull has left to do, to place it in the lanes (lane.Ticket). fn runs
-// on the fetching goroutine, before any layer is asked for.
-func (r *Recorder) OnSize(fn func(bytes int64)) {
+// is in, with the image's layers not yet on the node: what the pull has
+// left to do, to place it in the lanes (lane.Ticket). fn runs on the
+// fetching goroutine, before any layer is asked for.
+func (r *Recorder) OnSize(fn func(layers []ocispec.Descriptor)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.onSize = fn
@@ -72,7 +72,7 @@ func (r *Recorder) OnBlobs(fn func(blobs []ocispec.Descriptor)) {
 // an image manifest's layers are what it has left to fetch.
 func (r *Recorder) manifestBody(b []byte) {
 	w := r.fetchWatch()
-	n, ok := w.manifestBody(b)
+	missing, ok := w.manifestBody(b)
 	if !ok {
 		return
 	}
@@ -80,7 +80,7 @@ func (r *Recorder) manifestBody(b []byte) {
 	onSize, onBlobs := r.onSize, r.onBlobs
 	r.mu.Unlock()
 	if onSize != nil {
-		onSize(n)
+		onSize(missing)
 	}
 	if onBlobs != nil {
 		onBlobs(w.toFetch())

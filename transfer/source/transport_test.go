@@ -403,7 +403,7 @@ func TestLargePullGivesWayToSmallOne(t *testing.T) {
 	url := h.URL + "/v2/team/app/blobs/" + digest.FromBytes(blob).String()
 	get := func(bytes int64) (*http.Response, error) {
 		ticket := lane.NewTicket(time.Now())
-		ticket.Size(bytes)
+		ticket.Need(costOf(bytes))
 		req, err := http.NewRequestWithContext(lane.WithTicket(context.Background(), ticket), http.MethodGet, url, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -666,3 +666,6 @@ func TestImageConfigTakesNoDownloadPlace(t *testing.T) {
 		t.Fatalf("layer: %q", got)
 	}
 }
+
+// costOf is the cost tests give a pull of bytes: 10 ms a MiB.
+func costOf(bytes int64) time.Duration { return time.Duration(bytes * int64(time.Second) / (100 << 20)) }

@@ -1,0 +1,42 @@
+// Package lane orders the work that a node's pulls share: the gate's pull
+// slots (transfer/gate), blob downloads and the link (Link, download
+// places), and layer unpacking and the CPUs (Applier, Pacer).
+//
+// containerd shares all of these by arrival, one layer at a time, so a
+// burst of pulls shares them evenly and every image is done at about the
+// same time, late. This package serves instead the pull that would be done
+// first, and bounds how long any pull can be passed over, so that the
+// first pods start early and the last no later than with even sharing.
+//
+// One model, in these words:
+//
+//   - cost: what a pull's layers take to write on this node, learned per
+//     media type from the layers it has written (Costs).
+//   - due: when a pull should be done: when it was asked for, plus its
+//     cost (Ticket). Every line here is ordered by due, earliest first;
+//     between equal dues, by arrival. A pull whose cost is not known yet
+//     is due when it was asked for.
+//   - ahead: due more than the Slack before another. Pulls within the
+//     slack of each other share as they would without any ordering.
+//   - overtake: work ahead of everything holding a place does not wait
+//     for them: it takes an extra place beyond the limit, up to the limit
+//     more (Extra). A place is held for a whole layer, tens of seconds for
+//     a large one; a small pull asked for with it would wait that long for
+//     a CPU the operating system would share.
+//   - give way: a body on the link, or a layer being written, pauses while
+//     work ahead of it uses what it would (Flow.Behind, Pacer). A layer
+//     gives way only while the work ahead of it fills every place, so no
+//     pause leaves a CPU idle.
+//   - late: a pull past its due has waited as long as it takes. It is no
+//     longer passed over: it takes an extra place when one is left, and
+//     gives way to nobody. This bounds the tail: a pull waits for others
+//     at most about its own cost, then runs beside them, so the largest
+//     image of a burst is not left to start after everything else.
+//   - lend: a pull holding a lock that an earlier-due pull waits on (the
+//     chain lock of a layer both images share, KeyedLock) is due as early
+//     as that pull while it holds it, so the waiter is not held up behind
+//     work due before the holder (priority inheritance).
+//
+// A priority queue is written here because no semaphore in the standard
+// library or golang.org/x/sync orders its waiters by anything but arrival.
+package lane
