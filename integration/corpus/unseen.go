@@ -28,18 +28,23 @@ func Giant(t Trees) []Image {
 		{
 			{Dir: t.Plugins, Into: "opt/plugins"},
 			{Dir: t.Mod + "/cache/download", Into: "opt/model"},
-			{Dir: t.Lib, Into: "opt/model/lib"},
+			{Dir: t.Lib, Into: "opt/model/lib", Budget: 650 * mib},
 		},
 		{{Dir: t.JVM, Into: "opt/jre", Budget: 200 * mib}},
-		{{Dir: t.App, Into: "opt/sdk", Budget: 400 * mib}},
+		{{Dir: t.App, Into: "opt/sdk", Budget: 500 * mib}},
 	}}
 	imgs := []Image{big}
-	// Past what the first corpus takes of the binaries.
-	o := offsets{t.Bin: 120 * mib}
+	// Past what the first corpus takes of the binaries and past their
+	// large files (on Debian: node and perf), as a large file would make a
+	// sidecar tens of MiB; then headers.
+	o := offsets{t.Bin: 147 * mib}
 	for i := range 15 {
-		// About 1, 2 and 3 MiB on the wire: binaries compress 2.5 times.
-		budget := int64(1+i%3) * 5 * mib / 2
-		imgs = append(imgs, Image{Name: fmt.Sprintf("sidecar%02d", i), Layers: []Layer{{o.take(t.Bin, "usr/local/bin", budget)}}})
+		dir, into, ratio := t.Bin, "usr/local/bin", int64(5) // ratio: how much it compresses, times two
+		if i >= 10 {
+			dir, into, ratio = t.Include, "usr/include", 9
+		}
+		wire := int64(1 + i%3) // MiB
+		imgs = append(imgs, Image{Name: fmt.Sprintf("sidecar%02d", i), Layers: []Layer{{o.take(dir, into, wire*ratio*mib/2)}}})
 	}
 	return imgs
 }
@@ -93,22 +98,23 @@ func Deep(t Trees) []Image {
 // level 1, at level 9, at the default level, or zstd-compressed; two mix
 // them.
 func Compressions(t Trees) []Image {
-	// Past Giant's part of the SDK and Flood's. This part hardly
-	// compresses: the budgets are about the bytes on the wire.
-	o := offsets{t.App: 1200 * mib}
+	// Module sources, past the zips and large test data at the start of
+	// the module cache (and what the first corpus takes): files that
+	// compress about four times, so that the compressions differ.
+	o := offsets{t.Mod: 640 * mib}
 	layers := func(budgets ...int64) []Layer {
 		var ls []Layer
 		for _, b := range budgets {
-			ls = append(ls, Layer{o.take(t.App, "opt/app", b*mib)})
+			ls = append(ls, Layer{o.take(t.Mod, "opt/app", b*mib)})
 		}
 		return ls
 	}
 	return []Image{
-		{Name: "gzip1", Layers: layers(40, 30), Compression: []Compression{GzipFast, GzipFast}},
-		{Name: "gzip9", Layers: layers(40, 30), Compression: []Compression{GzipBest, GzipBest}},
-		{Name: "zstd", Layers: layers(40, 30), Compression: []Compression{Zstd, Zstd}},
-		{Name: "zstd-big", Layers: layers(70), Compression: []Compression{Zstd}},
-		{Name: "mixed", Layers: layers(20, 20, 20), Compression: []Compression{GzipFast, GzipBest, Zstd}},
-		{Name: "gzip-zstd", Layers: layers(25, 25), Compression: []Compression{Gzip, Zstd}},
+		{Name: "gzip1", Layers: layers(50, 30), Compression: []Compression{GzipFast, GzipFast}},
+		{Name: "gzip9", Layers: layers(50, 30), Compression: []Compression{GzipBest, GzipBest}},
+		{Name: "zstd", Layers: layers(50, 30), Compression: []Compression{Zstd, Zstd}},
+		{Name: "zstd-big", Layers: layers(150), Compression: []Compression{Zstd}},
+		{Name: "mixed", Layers: layers(30, 30, 30), Compression: []Compression{GzipFast, GzipBest, Zstd}},
+		{Name: "gzip-zstd", Layers: layers(60, 60), Compression: []Compression{Gzip, Zstd}},
 	}
 }

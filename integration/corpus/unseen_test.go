@@ -34,7 +34,7 @@ func TestUnseenShapes(t *testing.T) {
 			t.Fatalf("%d images, the first %q: want 16, the first big", len(imgs), imgs[0].Name)
 		}
 		for _, img := range imgs[1:] {
-			if len(img.Layers) != 1 || img.Layers[0][0].Budget > 8*mib {
+			if len(img.Layers) != 1 || img.Layers[0][0].Budget > 16*mib {
 				t.Errorf("sidecar %s: %d layers, %+v", img.Name, len(img.Layers), img.Layers)
 			}
 		}
