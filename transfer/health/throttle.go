@@ -118,14 +118,21 @@ func earlier(a, b time.Time) time.Time {
 }
 
 // throttleBackoff is the wait after the n-th 429 in a row that named none,
-// where containerd would repeat the request at once: 250ms, doubling to
-// 2s. It stays short, since the registry asked for no wait, and five 429s
-// in a row mark the host failed anyway.
+// where containerd would repeat the request at once: firstThrottleBackoff,
+// doubling to maxThrottleBackoff.
 func throttleBackoff(n int) time.Duration {
-	return min((250*time.Millisecond)<<min(max(n-1, 0), 4), maxThrottleBackoff)
+	return min(firstThrottleBackoff<<min(max(n-1, 0), 4), maxThrottleBackoff)
 }
 
-const maxThrottleBackoff = 2 * time.Second
+// The back-off after a 429 without Retry-After stays short, since the
+// registry asked for no wait, and five 429s in a row mark the host failed
+// anyway: a quarter second is about the time a registry's per-second
+// token bucket takes to refill a request, and four doublings reach the
+// cap by the fifth 429.
+const (
+	firstThrottleBackoff = 250 * time.Millisecond
+	maxThrottleBackoff   = 2 * time.Second
+)
 
 // ThrottledError is a request not sent because its host asked for a wait
 // longer than the node allows.
