@@ -1,6 +1,8 @@
 // Package gunzip decompresses gzip image layers for containerd's layer
 // appliers: whole, with libdeflate, where a layer fits in memory, and
 // otherwise streamed through klauspost/pgzip in place of compress/gzip.
+// zstd layers pass through it too, inflated as containerd would, so that
+// every compressed layer's writing can give way (lane.Pacer).
 //
 // Unpacking a layer is one goroutine in containerd: it inflates the blob,
 // hashes the tar stream (the diff ID) and writes the files, one after the
@@ -68,7 +70,7 @@ var on atomic.Bool
 // gzip layers go to containerd's own decompression.
 func Enable(enable bool) { on.Store(enable) }
 
-// Handler claims layers whose media type says gzip. Register it with
+// Handler claims layers whose media type says gzip or zstd. Register it with
 // diff.RegisterProcessor before containerd's server starts: the
 // stream_processors of its config are registered after, and so still come
 // first for the media types they name.
@@ -76,10 +78,13 @@ func Handler(_ context.Context, mediaType string) (diff.StreamProcessorInit, boo
 	if !on.Load() {
 		return nil, false
 	}
-	if !gzipLayers[mediaType] {
-		return nil, false
+	switch {
+	case gzipLayers[mediaType]:
+		return open, true
+	case zstdLayers[mediaType]:
+		return openZstd, true
 	}
-	return open, true
+	return nil, false
 }
 
 // gzipLayers are the media types of gzip layers. Types with more after
@@ -91,6 +96,29 @@ var gzipLayers = map[string]bool{
 	ocispec.MediaTypeImageLayerNonDistributableGzip: true, //nolint:staticcheck // still served
 	images.MediaTypeDockerSchema2LayerGzip:          true,
 	images.MediaTypeDockerSchema2LayerForeignGzip:   true,
+}
+
+// zstdLayers are the media types of zstd layers. containerd inflates them
+// fast enough (several times gzip's speed) that nothing is gained by
+// reading them whole; they come here only so that their writing gives way
+// like a gzip layer's (lane.Pacer).
+var zstdLayers = map[string]bool{
+	ocispec.MediaTypeImageLayerZstd:                 true,
+	ocispec.MediaTypeImageLayerNonDistributableZstd: true, //nolint:staticcheck // still served
+}
+
+// openZstd streams a zstd layer through containerd's own decompression,
+// paced.
+func openZstd(ctx context.Context, stream diff.StreamProcessor, _ map[string]typeurl.Any) (diff.StreamProcessor, error) {
+	pace := lane.PacerOf(ctx)
+	if err := pace.Wait(ctx); err != nil {
+		return nil, err
+	}
+	ds, err := compression.DecompressStream(bufio.NewReaderSize(stream, readBuffer))
+	if err != nil {
+		return nil, fmt.Errorf("zstd layer: %w", err)
+	}
+	return &processor{ReadCloser: ds, ctx: ctx, pace: pace}, nil
 }
 
 func open(ctx context.Context, stream diff.StreamProcessor, _ map[string]typeurl.Any) (diff.StreamProcessor, error) {

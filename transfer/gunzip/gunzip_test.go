@@ -170,6 +170,8 @@ func TestUncompressedLayerIsTheTarStream(t *testing.T) {
 		// Media types can lie; stock containerd goes by the bytes.
 		{"gzip type, plain tar bytes", ocispec.MediaTypeImageLayerGzip, b, b, false},
 		{"gzip type, zstd bytes", ocispec.MediaTypeImageLayerGzip, zstded(t, a), a, false},
+		{"oci zstd layer", ocispec.MediaTypeImageLayerZstd, zstded(t, a), a, false},
+		{"zstd type, plain tar bytes", ocispec.MediaTypeImageLayerZstd, b, b, false},
 	}
 	eachWay(t, func(t *testing.T, whole bool) {
 		for _, c := range cases {
@@ -365,14 +367,14 @@ func TestEmptyGzipIsAnEmptyStream(t *testing.T) {
 func TestOtherLayersAreLeftToContainerd(t *testing.T) {
 	ctx := context.Background()
 	Enable(false)
-	_, claimed := Handler(ctx, ocispec.MediaTypeImageLayerGzip)
+	_, claimedGzip := Handler(ctx, ocispec.MediaTypeImageLayerGzip)
+	_, claimedZstd := Handler(ctx, ocispec.MediaTypeImageLayerZstd)
 	Enable(true)
-	if claimed {
-		t.Error("Handler claimed a gzip layer while turned off")
+	if claimedGzip || claimedZstd {
+		t.Error("Handler claimed a layer while turned off")
 	}
 	for _, mt := range []string{
 		ocispec.MediaTypeImageLayer,
-		ocispec.MediaTypeImageLayerZstd,
 		images.MediaTypeDockerSchema2Layer,
 		images.MediaTypeImageLayerGzipEncrypted,
 		"application/octet-stream",
