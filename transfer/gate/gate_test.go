@@ -309,4 +309,6 @@ func TestReleaseTwiceFreesOnce(t *testing.T) {
 }
 
 // costOf is the cost tests give a pull of bytes: 10 ms a MiB.
-func costOf(bytes int64) time.Duration { return time.Duration(bytes * int64(time.Second) / (100 << 20)) }
+func costOf(bytes int64) time.Duration {
+	return time.Duration(bytes * int64(time.Second) / (100 << 20))
+}

@@ -277,7 +277,9 @@ func TestOvertaking(t *testing.T) {
 }
 
 // costOf is the cost tests give a pull of bytes: 10 ms a MiB.
-func costOf(bytes int64) time.Duration { return time.Duration(bytes * int64(time.Second) / (100 << 20)) }
+func costOf(bytes int64) time.Duration {
+	return time.Duration(bytes * int64(time.Second) / (100 << 20))
+}
 
 // TestLate: a pull past its due takes an extra place at once, however due
 // the holders are; one that turns late while waiting takes the next extra
