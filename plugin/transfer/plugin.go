@@ -72,6 +72,9 @@ func init() {
 				return nil, err
 			}
 			u := newUnpacking(c, db, ups, loadedSnapshotters(ic, db, c, ups))
+			if err := prometheus.Register(u.costs); err != nil {
+				return nil, err
+			}
 			next := local.NewTransferService(db.ContentStore(), metadata.NewImageStore(db), local.TransferConfig{
 				Leases:                      l.(leases.Manager),
 				MaxConcurrentDownloads:      c.MaxConcurrentDownloads,

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestCosts: a pull's cost is its layers' bytes at their kind's speed,
@@ -66,4 +67,19 @@ func TestCosts(t *testing.T) {
 			t.Fatalf("nil Costs: %v", got)
 		}
 	})
+}
+
+// TestCostsMetric: the estimates are scraped per kind.
+func TestCostsMetric(t *testing.T) {
+	c := NewCosts()
+	for range 50 {
+		c.Wrote(ocispec.MediaTypeImageLayerGzip, 10<<20, time.Second)
+	}
+	got := c.PerMiB()["gzip"]
+	if got < 99*time.Millisecond || got > 101*time.Millisecond {
+		t.Fatalf("gzip %v per MiB after layers at 10 MiB/s, want about 100ms", got)
+	}
+	if n := testutil.CollectAndCount(c, "pullwise_layer_write_seconds_per_mib"); n != 3 {
+		t.Fatalf("%d series, want one per kind (gzip, zstd, tar)", n)
+	}
 }
