@@ -154,6 +154,37 @@ func TestHandbackOvertaking(t *testing.T) {
 	}
 	large2.Done()
 	if h.Held() != 0 || len(h.early) != 0 || h.extra.Taken() != 0 {
-		t.Fatalf("left: %d held, %d early, %d extra", h.Held(), len(h.early), h.extra)
+		t.Fatalf("left: %d held, %d early, %d extra", h.Held(), len(h.early), h.extra.Taken())
+	}
+}
+
+// TestHandbackLate: a late pull gives its slot back beside the pull
+// unpacking without its slot, though it is not due before it, and one
+// not yet late keeps its slot.
+func TestHandbackLate(t *testing.T) {
+	asked := time.Now().Add(-time.Minute)
+	due := func(cost time.Duration) *lane.Ticket {
+		tk := lane.NewTicket(asked)
+		tk.Need(cost)
+		return tk
+	}
+	h := NewHandback(1, time.Second)
+	given := map[string]bool{}
+	fetch := func(name string, tk *lane.Ticket) *Hold {
+		hold := h.Start(tk)
+		hold.Fetched(func() { given[name] = true })
+		return hold
+	}
+	first := fetch("first", due(17*time.Second))
+	late := fetch("late", due(18*time.Second))
+	notLate := fetch("not late", due(2*time.Minute))
+	if want := map[string]bool{"first": true, "late": true}; !maps.Equal(given, want) {
+		t.Fatalf("given back: %v, want %v", given, want)
+	}
+	for _, hold := range []*Hold{first, late, notLate} {
+		hold.Done()
+	}
+	if h.Held() != 0 || len(h.early) != 0 || h.extra.Taken() != 0 {
+		t.Fatalf("left: %d held, %d early, %d extra", h.Held(), len(h.early), h.extra.Taken())
 	}
 }

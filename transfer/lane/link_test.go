@@ -22,6 +22,11 @@ func TestLinkBehind(t *testing.T) {
 		tk.Need(costOf(20 << 20))
 		return tk
 	}
+	asked := func(at, cost time.Duration) *Ticket {
+		tk := NewTicket(base.Add(at))
+		tk.Need(cost)
+		return tk
+	}
 	cases := []struct {
 		name  string
 		mine  *Ticket
@@ -37,6 +42,7 @@ func TestLinkBehind(t *testing.T) {
 		{name: "pulls within the slack share", mine: small(0), other: small(500 * time.Millisecond)},
 		{name: "a small pull asked long after the big one does not overtake it", mine: big(), other: small(20 * time.Second)},
 		{name: "the same pull's bodies share", mine: big(), same: true},
+		{name: "a late pull's body gives way to nobody", mine: asked(-time.Minute, 17*time.Second), other: asked(-time.Minute, 0)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
