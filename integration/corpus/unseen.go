@@ -98,14 +98,14 @@ func Deep(t Trees) []Image {
 // level 1, at level 9, at the default level, or zstd-compressed; two mix
 // them.
 func Compressions(t Trees) []Image {
-	// Module sources, past the zips and large test data at the start of
-	// the module cache (and what the first corpus takes): files that
-	// compress about four times, so that the compressions differ.
-	o := offsets{t.Mod: 640 * mib}
+	// Sources that compress, so that the compressions differ: modules'
+	// past the zips and test data at the start of the module cache (and
+	// what the first corpus takes), with Python's from the SDK's library.
+	o := offsets{t.Mod: 665 * mib, t.App: 762 * mib}
 	layers := func(budgets ...int64) []Layer {
 		var ls []Layer
 		for _, b := range budgets {
-			ls = append(ls, Layer{o.take(t.Mod, "opt/app", b*mib)})
+			ls = append(ls, Layer{o.take(t.Mod, "opt/app/mod", b*mib), o.take(t.App, "opt/app/py", b*2/3*mib)})
 		}
 		return ls
 	}
@@ -113,8 +113,8 @@ func Compressions(t Trees) []Image {
 		{Name: "gzip1", Layers: layers(50, 30), Compression: []Compression{GzipFast, GzipFast}},
 		{Name: "gzip9", Layers: layers(50, 30), Compression: []Compression{GzipBest, GzipBest}},
 		{Name: "zstd", Layers: layers(50, 30), Compression: []Compression{Zstd, Zstd}},
-		{Name: "zstd-big", Layers: layers(150), Compression: []Compression{Zstd}},
-		{Name: "mixed", Layers: layers(30, 30, 30), Compression: []Compression{GzipFast, GzipBest, Zstd}},
-		{Name: "gzip-zstd", Layers: layers(60, 60), Compression: []Compression{Gzip, Zstd}},
+		{Name: "zstd-big", Layers: layers(140), Compression: []Compression{Zstd}},
+		{Name: "mixed", Layers: layers(40, 40, 40), Compression: []Compression{GzipFast, GzipBest, Zstd}},
+		{Name: "gzip-zstd", Layers: layers(70, 70), Compression: []Compression{Gzip, Zstd}},
 	}
 }
