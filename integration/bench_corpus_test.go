@@ -88,7 +88,8 @@ func benchProfiles() []string {
 //     image's chain (resolve, manifest, config, layer);
 //   - for the median, the same for the smallest images that make the
 //     median, done first: the best order of the same work, each image's
-//     share measured with one pull at a time on each daemon.
+//     share measured with one pull at a time on each daemon;
+//   - for the first completion, the smallest image's share alone.
 func BenchmarkCorpusNodeBoot(b *testing.B) {
 	benchCorpus(b, "boot", corpus.NodeBoot)
 }
