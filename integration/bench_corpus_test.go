@@ -169,9 +169,11 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					c.evict(b)
 					resetPeakRSS(b, e.d)
 					b.StartTimer()
+					profiled := profileBurst(b, e, name, profile, corpusRuns)
 					cpu0, own0 := e.d.CPUTime(b), ownCPU(b)
 					each := pullEach(b, e, refs)
 					used := e.d.CPUTime(b) - cpu0
+					profiled()
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0
 					peak[name] = max(peak[name], peakRSS(b, e.d))

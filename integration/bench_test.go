@@ -131,6 +131,26 @@ func (c contenders) evict(b *testing.B) {
 	}
 }
 
+// profileBurst starts what PULLWISE_BENCH_PROFILE and
+// PULLWISE_BENCH_TRACE ask of e's daemon for the burst that starts now,
+// written to prefix.name.profile.i; the func it returns waits for them.
+func profileBurst(b *testing.B, e *env, name, profile string, i int) (wait func()) {
+	var profiled sync.WaitGroup
+	for _, kind := range []string{"profile", "trace"} {
+		prefix := os.Getenv("PULLWISE_BENCH_" + strings.ToUpper(kind))
+		if prefix == "" {
+			continue
+		}
+		profiled.Go(func() {
+			file := fmt.Sprintf("%s.%s.%s.%d", prefix, name, profile, i)
+			if err := os.WriteFile(file, e.d.Profile(b, kind, profileFor), 0o644); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	return profiled.Wait
+}
+
 // each runs fn for both contenders, alternating which goes first so
 // neither always meets a cold registry.
 func (c contenders) each(i int, fn func(name string, e *env)) {
@@ -247,25 +267,13 @@ func benchBurst(b *testing.B, name, criImages string, image func(j int) registry
 					syscall.Sync()
 					c.evict(b)
 					b.StartTimer()
-					var profiled sync.WaitGroup
-					for _, kind := range []string{"profile", "trace"} {
-						prefix := os.Getenv("PULLWISE_BENCH_" + strings.ToUpper(kind))
-						if prefix == "" {
-							continue
-						}
-						profiled.Go(func() {
-							file := fmt.Sprintf("%s.%s.%s.%d", prefix, name, profile, i)
-							if err := os.WriteFile(file, e.d.Profile(b, kind, profileFor), 0o644); err != nil {
-								b.Error(err)
-							}
-						})
-					}
+					profiled := profileBurst(b, e, name, profile, i)
 					cpu0, own0 := e.d.CPUTime(b), ownCPU(b)
 					d := pullAll(b, e, refs)
 					used := e.d.CPUTime(b) - cpu0
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0
-					profiled.Wait()
+					profiled()
 					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
 						b.Logf("%s completions: %v", name, d)
 					}
