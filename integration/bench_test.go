@@ -307,8 +307,8 @@ func benchBurst(b *testing.B, name, criImages string, image func(j int) registry
 	}
 }
 
-// writeTimelines appends the "image pull timeline" lines of a daemon's log
-// to path, under the benchmark's name.
+// writeTimelines appends the "image pull timeline" and "pulled image for
+// CRI" lines of a daemon's log to path, under the benchmark's name.
 func writeTimelines(b *testing.B, path, daemonLog string) {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -317,7 +317,9 @@ func writeTimelines(b *testing.B, path, daemonLog string) {
 	defer f.Close()
 	fmt.Fprintf(f, "# %s\n", b.Name())
 	for _, line := range strings.Split(daemonLog, "\n") {
-		if strings.Contains(line, "image pull timeline") {
+		// The timeline ends with the transfer; the CRI line's elapsed
+		// adds the image records CRI needs after it.
+		if strings.Contains(line, "image pull timeline") || strings.Contains(line, "pulled image for CRI") {
 			fmt.Fprintln(f, line)
 		}
 	}
