@@ -191,9 +191,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 				})
 				corpusRuns++
 			}
-			if path := os.Getenv("PULLWISE_BENCH_TIMELINES"); path != "" {
-				writeTimelines(b, path, c.pullwise.d.Log())
-			}
+			writeTimelines(b, c.pullwise.d)
 			// No order of the burst's work beats the least CPU either
 			// daemon spent on it, spread over every CPU.
 			least := min(cpu["stock"], cpu["pullwise"]) / time.Duration(b.N)

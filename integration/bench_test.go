@@ -281,9 +281,7 @@ func benchBurst(b *testing.B, name, criImages string, image func(j int) registry
 					span[name] += d[len(d)-1]
 				})
 			}
-			if path := os.Getenv("PULLWISE_BENCH_TIMELINES"); path != "" {
-				writeTimelines(b, path, c.pullwise.d.Log())
-			}
+			writeTimelines(b, c.pullwise.d)
 			n := float64(b.N)
 			b.ReportMetric(med["stock"].Seconds()/n, "stock-median-s")
 			b.ReportMetric(med["pullwise"].Seconds()/n, "pullwise-median-s")
@@ -308,15 +306,20 @@ func benchBurst(b *testing.B, name, criImages string, image func(j int) registry
 }
 
 // writeTimelines appends the "image pull timeline" and "pulled image for
-// CRI" lines of a daemon's log to path, under the benchmark's name.
-func writeTimelines(b *testing.B, path, daemonLog string) {
+// CRI" lines of d's log to the file PULLWISE_BENCH_TIMELINES names, under
+// the benchmark's name; without it, nothing.
+func writeTimelines(b *testing.B, d *daemon.Daemon) {
+	path := os.Getenv("PULLWISE_BENCH_TIMELINES")
+	if path == "" {
+		return
+	}
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "# %s\n", b.Name())
-	for _, line := range strings.Split(daemonLog, "\n") {
+	for _, line := range strings.Split(d.Log(), "\n") {
 		// The timeline ends with the transfer; the CRI line's elapsed
 		// adds the image records CRI needs after it.
 		if strings.Contains(line, "image pull timeline") || strings.Contains(line, "pulled image for CRI") {
