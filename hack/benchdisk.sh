@@ -5,12 +5,12 @@
 # roots under TMPDIR, so this is the disk they write layers to.
 #
 # Why: a benchmark of unpacking measures the file system under it as much
-# as the daemon. The root file system of the machines this project is
-# built on creates files at about 0.4 ms of kernel CPU each, twelve times a
-# fresh ext4's, and that cost moves by a factor of two between minutes
-# (docs/benchmarks.md, "The disk under the benchmarks"). Every burst there
-# was a measurement of that drift. A node's containerd disk behaves like
-# the fresh one, so both daemons are measured on that. BENCH_DISK=host in
+# as the daemon. On the machine of the 2026-11-27 figures the root file
+# system created files at about 0.4 ms of kernel CPU each, ten times a
+# fresh ext4 on a loop device beside it, and that cost drifted by half
+# again between minutes (docs/benchmarks.md, "The disk under the
+# benchmarks"), so a burst there measured the drift more than the daemon.
+# A node's own containerd disk is like the fresh one. BENCH_DISK=host in
 # the Makefile runs on TMPDIR as it is.
 set -euo pipefail
 size=${BENCH_DISK_SIZE:-32G}
@@ -21,7 +21,8 @@ fi
 base=$(mktemp -d "${TMPDIR:-/tmp}/pullwise-benchdisk-XXXXXX")
 img=$base/disk.img mnt=$base/mnt
 cleanup() {
-	umount "$mnt" 2>/dev/null || true
+	# Lazily: a daemon killed with the run may still hold it a moment.
+	umount -l "$mnt" 2>/dev/null || true
 	rm -rf "$base"
 }
 trap cleanup EXIT
