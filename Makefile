@@ -216,12 +216,14 @@ soak: build
 # is. The fleet benchmark, which measures bytes on the wire, runs on TMPDIR.
 BENCH_DISK ?= fresh
 BENCH_ON = $(if $(filter fresh,$(BENCH_DISK)),hack/benchdisk.sh,)
+# How every benchmark that starts daemons runs go test.
+BENCH_GO = $(BENCH_ON) env PULLWISE_BIN=$(BIN) $(GO)
 
 # One small scenario in under two minutes: the node-boot corpus (real
 # files, shared base layer) as a CRI burst on loopback, Pullwise against
 # stock, each against the CPU bound. Root only, like bench.
 bench-quick: build containerd-stock
-	$(BENCH_ON) env PULLWISE_BIN=$(BIN) PULLWISE_BENCH_PROFILES=loopback $(GO) test -count=1 -run '^$$' -bench 'CorpusNodeBoot' -benchtime 1x -timeout 10m ./integration/
+	PULLWISE_BENCH_PROFILES=loopback $(BENCH_GO) test -count=1 -run '^$$' -bench 'CorpusNodeBoot' -benchtime 1x -timeout 10m ./integration/
 
 # A rollout to a fleet (integration/fleet): 1, 2, 4 and 8 daemons, each
 # in its own network namespace, pull one 40 MiB image from a registry in
@@ -245,6 +247,6 @@ BENCHTIME ?= 4x
 CORPUS_COUNT ?= 3
 bench: build containerd-stock kubelet
 	$(GO) test -count=1 -run '^$$' -bench . ./transfer/... ./cri/pinning/
-	$(BENCH_ON) env PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench . -skip Corpus -benchtime $(BENCHTIME) -timeout 45m ./integration/
-	$(BENCH_ON) env PULLWISE_BIN=$(BIN) $(GO) test -count=$(CORPUS_COUNT) -run '^$$' -bench Corpus -benchtime 1x -timeout 120m ./integration/
-	$(BENCH_ON) env PULLWISE_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench Kubelet -benchtime 1x -timeout 60m ./integration/kubelet/
+	$(BENCH_GO) test -count=1 -run '^$$' -bench . -skip Corpus -benchtime $(BENCHTIME) -timeout 45m ./integration/
+	$(BENCH_GO) test -count=$(CORPUS_COUNT) -run '^$$' -bench Corpus -benchtime 1x -timeout 120m ./integration/
+	$(BENCH_GO) test -count=1 -run '^$$' -bench Kubelet -benchtime 1x -timeout 60m ./integration/kubelet/
