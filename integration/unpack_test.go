@@ -186,6 +186,18 @@ func (e *env) mountImage(ns, ref, snapshotter string) (string, digest.Digest) {
 	}
 	chainID := identity.ChainID(diffIDs)
 
+	// A snapshot outside a lease is garbage to containerd's GC, which the
+	// end of the pull's own lease may have just scheduled: hold one, as ctr
+	// does, so the view lives until the test removes it.
+	ctx, done, err := c.WithLease(ctx)
+	if err != nil {
+		e.t.Fatalf("lease for the view of %s: %v", ref, err)
+	}
+	e.t.Cleanup(func() {
+		if err := done(context.Background()); err != nil {
+			e.t.Errorf("end the view's lease: %v", err)
+		}
+	})
 	sn := c.SnapshotService(snapshotter)
 	key := "unpack-test-view-" + chainID.Encoded()
 	mounts, err := sn.View(ctx, key, chainID.String())
