@@ -84,6 +84,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	}
 	defer held.freed()
 	defer held.release()
+	defer r.cfg.InFlight.Add(r.ticket)()
 	turn := r.cfg.Handback.Start(r.ticket)
 	defer turn.Done()
 	defer func() {

@@ -76,6 +76,9 @@ type Config struct {
 	// Costs turns the layers a pull must fetch into its cost, which
 	// places it in line (lane.Ticket); nil: every pull is due when asked.
 	Costs *lane.Costs
+	// InFlight counts the pulls past the gate, whose work is ahead of
+	// others' (lane.InFlight); nil counts none.
+	InFlight *lane.InFlight
 	// Handback decides when a pull whose blobs are in gives its slot
 	// back; nil: at once.
 	Handback *gate.Handback

@@ -128,7 +128,7 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
 						// Where each pull's time went (Pullwise logs it), to
 						// stderr: a benchmark's log is cut after ten lines.
-						printTimelines(n.d.Log())
+						printTimelines(prof.name+" "+c.name, prePull, n.d.Log())
 					}
 					return starts
 				}
@@ -158,16 +158,29 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 	}
 }
 
-// printTimelines prints where each pull's time went to stderr: a
-// benchmark's log is cut after ten lines. With PULLWISE_BENCH_VERBOSE=debug
-// each layer's too: its wait for an unpack place, its pauses, and
-// containerd's own time applying it.
-func printTimelines(log string) {
+// printTimelines prints where each pod's time went to stderr: a
+// benchmark's log is cut after ten lines. CRI's own lines, which stock
+// logs as well, give each call's start and end (sandbox, pull, create,
+// start), so that a pod's start can be split into its pull and the rest
+// on either runtime; Pullwise's timeline says where a pull's time went.
+// With PULLWISE_BENCH_VERBOSE=debug each layer's too: its wait for an
+// unpack place, its pauses, and containerd's own time applying it.
+func printTimelines(who string, prePull bool, log string) {
+	run := "cold"
+	if prePull {
+		run = "floor"
+	}
+	fmt.Fprintf(os.Stderr, "=== timelines of %s %s\n", who, run)
 	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, "image pull timeline") || strings.Contains(line, "layer unpacked in its lane") {
+		if slices.ContainsFunc(timelineLines, func(s string) bool { return strings.Contains(line, s) }) {
 			fmt.Fprintln(os.Stderr, line)
 		}
 	}
+}
+
+var timelineLines = []string{
+	"image pull timeline", "layer unpacked in its lane",
+	`msg="RunPodSandbox for`, `msg="PullImage `, `msg="CreateContainer within`, `msg="StartContainer for`,
 }
 
 // benchLogLevel is the nodes' containerd log level: debug only when asked,

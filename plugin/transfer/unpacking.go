@@ -29,8 +29,12 @@ type unpacking struct {
 	// chains are the unpacker's locks on chain IDs, shared by every pull.
 	chains *lane.KeyedLock
 	// costs are what layers cost to write here, learned as they are.
-	costs  *lane.Costs
-	ratio  *space.Ratio
+	costs *lane.Costs
+	// inflight are the pulls past the gate, to which work behind gives
+	// way while tasks wait for a CPU; noPressure says why it never does.
+	inflight   *lane.InFlight
+	noPressure error
+	ratio      *space.Ratio
 	loaded []unpack.Platform // added for snapshotters unpack_config leaves out
 }
 
@@ -49,6 +53,10 @@ func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platfo
 	unpacks := lane.New(u.layersAtOnce)
 	if c.SmallPullsFirst {
 		unpacks = lane.Overtaking(u.layersAtOnce, lane.Slack)
+		var cpu *lane.Pressure
+		cpu, u.noPressure = lane.NewPressure("/proc/pressure/cpu")
+		u.inflight = lane.NewInFlight(cpu)
+		unpacks.GiveWay(u.inflight)
 	}
 	// A pull holding a chain lock that an earlier pull waits on lends
 	// that pull's due to its layers waiting in the lane.
@@ -72,9 +80,10 @@ func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platfo
 // serviceConfig is what Pullwise's transfer service shares with the
 // unpacking, from the config.
 func (u *unpacking) serviceConfig(c *config) transfer.Config {
-	tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(u.platforms), Ratio: u.ratio, Costs: u.costs}
+	tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(u.platforms), Ratio: u.ratio, Costs: u.costs, InFlight: u.inflight}
 	if c.LinkPriority {
 		tc.Link = lane.NewLink(lane.Slack)
+		tc.Link.InFlight = u.inflight
 	}
 	if u.parallel {
 		var slack time.Duration
@@ -109,6 +118,9 @@ func (u *unpacking) log(ctx context.Context, c *config) {
 		"link_priority":            c.LinkPriority,
 		"unpack_snapshotters":      snapshotterKeys(u.platforms),
 	}).Info("unpack configured")
+	if u.noPressure != nil {
+		log.G(ctx).WithError(u.noPressure).Info("the kernel keeps no CPU pressure: pulls give way to pulls ahead for their places and the link only")
+	}
 	if len(u.loaded) > 0 {
 		log.G(ctx).WithField("snapshotters", snapshotterKeys(u.loaded)).
 			Info("unpack platforms added for loaded snapshotters that unpack_config does not list, as CRI's local pull path would unpack into them")

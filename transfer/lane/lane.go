@@ -22,6 +22,8 @@ type Lane struct {
 	holders map[*holder]struct{} // in an overtaking lane: the places held
 	waiting queue
 	seq     uint64 // breaks ties between equal dues, first come first
+
+	inflight *InFlight // nil: layers give way only to layers (Pacer)
 }
 
 // holder is a place held, with its work's ticket.
@@ -51,6 +53,11 @@ func New(limit int) *Lane {
 func Overtaking(limit int, slack time.Duration) *Lane {
 	return &Lane{limit: max(limit, 0), extra: NewExtra(max(limit, 0), slack), holders: map[*holder]struct{}{}}
 }
+
+// GiveWay makes the layers written in l give way also to the pulls in
+// flight ahead of them while tasks wait for a CPU (InFlight). Call it
+// before the lane is used.
+func (l *Lane) GiveWay(f *InFlight) { l.inflight = f }
 
 type waiter struct {
 	due   time.Time

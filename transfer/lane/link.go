@@ -24,6 +24,11 @@ type Link struct {
 	// to pause: pulls of about the same size share the link as before.
 	Slack time.Duration
 
+	// InFlight, if set, pauses a body also while a pull ahead of it is
+	// in flight and tasks wait for a CPU: on a node whose CPUs are what
+	// limits, a body's checksum and writes take them from the pull ahead.
+	InFlight *InFlight
+
 	now func() time.Time // time.Now; tests set it
 
 	mu    sync.Mutex
@@ -95,13 +100,14 @@ func (f *Flow) Behind() bool {
 	}
 	recent := l.now().Add(-active).UnixNano()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	for o := range l.flows {
 		if o != f && o.moved.Load() > recent && Ahead(o.due(), mine, l.Slack) {
+			l.mu.Unlock()
 			return true
 		}
 	}
-	return false
+	l.mu.Unlock()
+	return l.InFlight.Behind(f.ticket, mine)
 }
 
 // Ask reports whether f is Behind, asking the link at most every poll and

@@ -80,7 +80,8 @@ func (p *Pacer) Paused() time.Duration {
 }
 
 // behind reports whether p's layer gives way: it is not late, and at
-// least as many layers ahead of it hold places as the lane has.
+// least as many layers ahead of it hold places as the lane has, or a pull
+// ahead of it is in flight while tasks wait for a CPU (InFlight).
 func (p *Pacer) behind() bool {
 	if p.mine.ticket.Late(time.Now()) {
 		return false
@@ -88,12 +89,12 @@ func (p *Pacer) behind() bool {
 	l := p.lane
 	mine := p.mine.due()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	ahead := 0
 	for h := range l.holders {
 		if Ahead(h.due(), mine, l.extra.slack) {
 			ahead++
 		}
 	}
-	return ahead >= l.limit
+	l.mu.Unlock()
+	return ahead >= l.limit || l.inflight.Behind(p.mine.ticket, mine)
 }

@@ -1,0 +1,69 @@
+package lane
+
+import (
+	"sync"
+	"time"
+)
+
+// InFlight is the set of pulls the node runs, those past the gate, and
+// makes the work of one give way to another Ahead of it while tasks on the
+// node wait for a CPU.
+//
+// The places and the link see only the pulls' own work. On a node where
+// kubelet starts pods beside a burst of pulls, the runtime (runc, the
+// shims, kubelet) and the registry's side of a loopback link want the same
+// CPUs, and a large image's download and writers then slow a small one's
+// pull, though none of its layers holds a place the large one waits for.
+// The kernel's pressure stall information sees all of it: while tasks
+// wait for a CPU, a pause of work behind hands the CPU to someone, and
+// when none wait, work goes on, so no pause leaves a CPU idle.
+type InFlight struct {
+	cpu *Pressure
+
+	mu    sync.Mutex
+	pulls map[*Ticket]int // a pull may be added more than once
+}
+
+// NewInFlight returns an empty set that reads cpu (nil: never contended,
+// and nothing gives way).
+func NewInFlight(cpu *Pressure) *InFlight {
+	return &InFlight{cpu: cpu, pulls: map[*Ticket]int{}}
+}
+
+// Add counts t's pull in flight until done is called, exactly once. A nil
+// InFlight counts nothing.
+func (f *InFlight) Add(t *Ticket) (done func()) {
+	if f == nil || t == nil {
+		return func() {}
+	}
+	f.mu.Lock()
+	f.pulls[t]++
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.pulls[t]--; f.pulls[t] <= 0 {
+			delete(f.pulls, t)
+		}
+	}
+}
+
+// Behind reports whether work of the pull with ticket t, due at mine,
+// gives way: it is not late, a pull in flight is Ahead of it by Slack, and
+// tasks wait for a CPU. The pressure is read last, and only when a pull
+// is ahead.
+func (f *InFlight) Behind(t *Ticket, mine time.Time) bool {
+	if f == nil || f.cpu == nil || t == nil || t.Late(time.Now()) {
+		return false
+	}
+	f.mu.Lock()
+	ahead := false
+	for o := range f.pulls {
+		if o != t && Ahead(o.Due(), mine, Slack) {
+			ahead = true
+			break
+		}
+	}
+	f.mu.Unlock()
+	return ahead && f.cpu.Contended()
+}

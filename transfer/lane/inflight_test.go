@@ -1,0 +1,118 @@
+package lane
+
+import (
+	"testing"
+	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/pullwise/pullwise/internal/await"
+)
+
+// contended is a Pressure whose CPUs are always contended, or never.
+func contended(yes bool) *Pressure {
+	f := &fakePressure{clock: fakeClock{t: time.Now()}}
+	p := f.pressure()
+	p.contended, p.at = yes, time.Now().Add(time.Hour) // never read again
+	return p
+}
+
+// TestInFlightBehind: work gives way to a pull in flight due more than the
+// slack before it while the CPUs are contended, and only then.
+func TestInFlightBehind(t *testing.T) {
+	now := time.Now()
+	big := func() *Ticket { tk := NewTicket(now); tk.Need(costOf(1700 << 20)); return tk }
+	small := func() *Ticket { tk := NewTicket(now); tk.Need(costOf(20 << 20)); return tk }
+	late := func() *Ticket { tk := NewTicket(now.Add(-time.Minute)); tk.Need(costOf(1700 << 20)); return tk }
+	cases := []struct {
+		name      string
+		cpu       *Pressure
+		mine      *Ticket
+		inFlight  []*Ticket
+		doneFirst bool // the other pulls end before the question
+		want      bool
+	}{
+		{name: "behind a small pull, CPUs contended", cpu: contended(true), mine: big(), inFlight: []*Ticket{small()}, want: true},
+		{name: "CPUs free", cpu: contended(false), mine: big(), inFlight: []*Ticket{small()}},
+		{name: "no pressure to read", mine: big(), inFlight: []*Ticket{small()}},
+		{name: "a small pull never waits for a large one", cpu: contended(true), mine: small(), inFlight: []*Ticket{big()}},
+		{name: "within the slack", cpu: contended(true), mine: small(), inFlight: []*Ticket{small()}},
+		{name: "alone", cpu: contended(true), mine: big()},
+		{name: "the pull ahead is over", cpu: contended(true), mine: big(), inFlight: []*Ticket{small()}, doneFirst: true},
+		{name: "a late pull gives way to nobody", cpu: contended(true), mine: late(), inFlight: []*Ticket{small()}},
+		{name: "work without a ticket is not paced", cpu: contended(true), inFlight: []*Ticket{small()}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewInFlight(tc.cpu)
+			defer f.Add(tc.mine)()
+			for _, o := range tc.inFlight {
+				done := f.Add(o)
+				if tc.doneFirst {
+					done()
+				} else {
+					defer done()
+				}
+			}
+			if got := f.Behind(tc.mine, tc.mine.DueOr(now)); got != tc.want {
+				t.Fatalf("Behind() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	t.Run("added twice, counted until both are done", func(t *testing.T) {
+		f := NewInFlight(contended(true))
+		s, b := small(), big()
+		done1, done2 := f.Add(s), f.Add(s)
+		done1()
+		if !f.Behind(b, b.Due()) {
+			t.Fatal("not behind a pull still in flight once")
+		}
+		done2()
+		if f.Behind(b, b.Due()) {
+			t.Fatal("behind a pull no longer in flight")
+		}
+	})
+}
+
+// TestInFlightPacesLayers: a large pull's layer gives way to a small pull
+// in flight while the CPUs are contended, though a place is left for it,
+// and goes on when the small pull is over; a body on the link too.
+func TestInFlightPacesLayers(t *testing.T) {
+	now := time.Now()
+	due := dueFrom(now)
+	f := NewInFlight(contended(true))
+
+	l := Overtaking(2, time.Second)
+	l.GiveWay(f)
+	big := due(1700 << 20)
+	w := newWriter()
+	applied := make(chan error, 1)
+	go func() {
+		_, err := Applier{Applier: w, Lane: l}.Apply(big, ocispec.Descriptor{}, nil)
+		applied <- err
+	}()
+	p := <-w.started
+	done := f.Add(TicketOf(due(20 << 20)))
+	close(w.proceed)
+	await.Until(t, 10*time.Second, "the layer to give way", p.pausing.Load)
+
+	link := NewLink(time.Second)
+	link.InFlight = f
+	body := link.Open(big, nil)
+	defer body.Close()
+	if !body.Behind() {
+		t.Fatal("the large pull's body does not give way to the small pull in flight")
+	}
+
+	done()
+	if err := <-applied; err != nil {
+		t.Fatal(err)
+	}
+	if p.Paused() == 0 {
+		t.Fatal("the layer never paused")
+	}
+	if body.Behind() {
+		t.Fatal("the body still gives way with no pull ahead in flight")
+	}
+}
