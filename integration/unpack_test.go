@@ -134,6 +134,12 @@ func TestUnpackKeepsImpliedDirectories(t *testing.T) {
 			if line := logLine(e.d.Log(), `msg="unpack configured"`); !slices.Contains(strings.Fields(line), fmt.Sprintf("parallel=%t", tc.parallel)) {
 				t.Errorf("containerd's start line does not say parallel=%t:\n%s", tc.parallel, line)
 			}
+			// Work gives way to pulls ahead under CPU pressure wherever
+			// the kernel keeps it.
+			_, err := os.Stat("/proc/pressure/cpu")
+			if line := logLine(e.d.Log(), `msg="unpack configured"`); !slices.Contains(strings.Fields(line), fmt.Sprintf("cpu_pressure=%t", err == nil)) {
+				t.Errorf("containerd's start line does not say cpu_pressure=%t:\n%s", err == nil, line)
+			}
 		})
 	}
 }

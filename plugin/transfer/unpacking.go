@@ -35,7 +35,7 @@ type unpacking struct {
 	inflight   *lane.InFlight
 	noPressure error
 	ratio      *space.Ratio
-	loaded []unpack.Platform // added for snapshotters unpack_config leaves out
+	loaded     []unpack.Platform // added for snapshotters unpack_config leaves out
 }
 
 // newUnpacking wraps the configured platforms, and those added for loaded
@@ -116,6 +116,7 @@ func (u *unpacking) log(ctx context.Context, c *config) {
 		"gzip_read_ahead":          c.GzipReadAhead,
 		"small_pulls_first":        c.SmallPullsFirst,
 		"link_priority":            c.LinkPriority,
+		"cpu_pressure":             u.inflight != nil && u.noPressure == nil,
 		"unpack_snapshotters":      snapshotterKeys(u.platforms),
 	}).Info("unpack configured")
 	if u.noPressure != nil {

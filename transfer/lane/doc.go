@@ -24,9 +24,13 @@
 //     a large one; a small pull asked for with it would wait that long for
 //     a CPU the operating system would share.
 //   - give way: a body on the link, or a layer being written, pauses while
-//     work ahead of it uses what it would (Flow.Behind, Pacer). A layer
-//     gives way only while the work ahead of it fills every place, so no
-//     pause leaves a CPU idle.
+//     work ahead of it uses what it would (Flow.Behind, Pacer): a body
+//     while a body ahead arrives, a layer while layers ahead fill every
+//     place, and either while a pull ahead is in flight and tasks on the
+//     node wait for a CPU (InFlight, Pressure). That last sees the work
+//     the lanes do not order (the runtime starting pods, a loopback
+//     registry), and no pause leaves a CPU idle: each needs the work
+//     ahead to fill the places, or the kernel to say someone waits.
 //   - late: a pull past its due has waited as long as it takes. It is no
 //     longer passed over: it takes an extra place when one is left, and
 //     gives way to nobody. This bounds the tail: a pull waits for others
