@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,6 +82,9 @@ type soakResults struct {
 	mu    sync.Mutex
 	codes map[codes.Code]int
 	bad   map[codes.Code]string
+	// badRefs are the images of the examples in bad, whose lines of the
+	// daemon's log the test prints: the log's tail rarely holds them.
+	badRefs map[codes.Code]string
 	// RemoveImage calls by ref, started and ended.
 	removing, removed map[string]int
 	// flying are the pulls of each ref under way. A pull that begins
@@ -115,13 +119,14 @@ func (r *soakResults) end(ref string, f *flight) {
 	delete(r.flying[ref], f)
 }
 
-func (r *soakResults) add(what string, err error) {
+func (r *soakResults) add(what, ref string, err error) {
 	c := status.Code(err)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.codes[c]++
 	if err != nil && !slices.Contains(soakCodes, c) && r.bad[c] == "" {
-		r.bad[c] = what + ": " + err.Error()
+		r.bad[c] = what + " " + ref + ": " + err.Error()
+		r.badRefs[c] = ref
 	}
 }
 
@@ -133,7 +138,7 @@ func (r *soakResults) remove(e *env, ctx context.Context, ref string) {
 	r.mu.Lock()
 	r.removed[ref]++
 	r.mu.Unlock()
-	r.add("RemoveImage "+ref, err)
+	r.add("RemoveImage", ref, err)
 }
 
 // removals marks where the removals of ref stand, for overlaps.
@@ -159,7 +164,7 @@ func (r *soakResults) addPull(ref string, atStart removals, err error) {
 		r.mu.Unlock()
 		return
 	}
-	r.add("pull "+ref, err)
+	r.add("pull", ref, err)
 }
 
 // TestSoak runs rounds of pulls by several callers through the gate while
@@ -189,7 +194,7 @@ func TestSoak(t *testing.T) {
 	baseline := e.d.Goroutines(t)
 	var heaps []int64
 
-	res := &soakResults{codes: map[codes.Code]int{}, bad: map[codes.Code]string{}, removing: map[string]int{}, removed: map[string]int{}, flying: map[string]map[*flight]struct{}{}}
+	res := &soakResults{codes: map[codes.Code]int{}, bad: map[codes.Code]string{}, badRefs: map[codes.Code]string{}, removing: map[string]int{}, removed: map[string]int{}, flying: map[string]map[*flight]struct{}{}}
 	for round := 1; round <= rounds; round++ {
 		start := time.Now()
 		stop := make(chan struct{})
@@ -285,6 +290,7 @@ func TestSoak(t *testing.T) {
 	t.Logf("outcomes by code: %v", res.codes)
 	for c, example := range res.bad {
 		t.Errorf("%d outcomes with code %s, e.g. %s", res.codes[c], c, example)
+		t.Logf("containerd's log lines of %s:\n%s", res.badRefs[c], linesOf(e.d.Log(), imageName(res.badRefs[c]), 300))
 	}
 	if res.codes[codes.OK] == 0 || len(res.codes) < 3 {
 		t.Errorf("outcomes %v: want successes and failures of several kinds, or the soak tested nothing", res.codes)
@@ -354,4 +360,24 @@ func settledHeap(t *testing.T, e *env) int64 {
 		least = min(least, e.d.LiveHeap(t))
 	}
 	return least
+}
+
+// linesOf returns the last n lines of log that contain s.
+func linesOf(log, s string, n int) string {
+	var out []string
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-n):], "")
+}
+
+// imageName is ref without its registry host, as containerd's log lines
+// may name it either way.
+func imageName(ref string) string {
+	if _, path, ok := strings.Cut(ref, "/"); ok {
+		return path
+	}
+	return ref
 }

@@ -34,6 +34,8 @@ type unpacking struct {
 	// way while tasks wait for a CPU; noPressure says why it never does.
 	inflight   *lane.InFlight
 	noPressure error
+	// link orders blob bodies on the node's link (nil: by arrival).
+	link *lane.Link
 	ratio      *space.Ratio
 	loaded     []unpack.Platform // added for snapshotters unpack_config leaves out
 }
@@ -55,8 +57,12 @@ func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platfo
 		unpacks = lane.Overtaking(u.layersAtOnce, lane.Slack)
 		var cpu *lane.Pressure
 		cpu, u.noPressure = lane.NewPressure("/proc/pressure/cpu")
-		u.inflight = lane.NewInFlight(cpu)
+		u.inflight = lane.NewInFlight(cpu, lane.Slack)
 		unpacks.GiveWay(u.inflight)
+	}
+	if c.LinkPriority {
+		u.link = lane.NewLink(lane.Slack)
+		u.link.GiveWay(u.inflight)
 	}
 	// A pull holding a chain lock that an earlier pull waits on lends
 	// that pull's due to its layers waiting in the lane.
@@ -80,11 +86,7 @@ func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platfo
 // serviceConfig is what Pullwise's transfer service shares with the
 // unpacking, from the config.
 func (u *unpacking) serviceConfig(c *config) transfer.Config {
-	tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(u.platforms), Ratio: u.ratio, Costs: u.costs, InFlight: u.inflight}
-	if c.LinkPriority {
-		tc.Link = lane.NewLink(lane.Slack)
-		tc.Link.InFlight = u.inflight
-	}
+	tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(u.platforms), Ratio: u.ratio, Costs: u.costs, InFlight: u.inflight, Link: u.link}
 	if u.parallel {
 		var slack time.Duration
 		if c.SmallPullsFirst {

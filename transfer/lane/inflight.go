@@ -18,16 +18,17 @@ import (
 // wait for a CPU, a pause of work behind hands the CPU to someone, and
 // when none wait, work goes on, so no pause leaves a CPU idle.
 type InFlight struct {
-	cpu *Pressure
+	cpu   *Pressure
+	slack time.Duration
 
 	mu    sync.Mutex
 	pulls map[*Ticket]int // a pull may be added more than once
 }
 
-// NewInFlight returns an empty set that reads cpu (nil: never contended,
-// and nothing gives way).
-func NewInFlight(cpu *Pressure) *InFlight {
-	return &InFlight{cpu: cpu, pulls: map[*Ticket]int{}}
+// NewInFlight returns an empty set where work gives way to pulls at least
+// slack earlier while cpu is contended (nil: never, and nothing gives way).
+func NewInFlight(cpu *Pressure, slack time.Duration) *InFlight {
+	return &InFlight{cpu: cpu, slack: slack, pulls: map[*Ticket]int{}}
 }
 
 // Add counts t's pull in flight until done is called, exactly once. A nil
@@ -49,7 +50,7 @@ func (f *InFlight) Add(t *Ticket) (done func()) {
 }
 
 // Behind reports whether work of the pull with ticket t, due at mine,
-// gives way: it is not late, a pull in flight is Ahead of it by Slack, and
+// gives way: it is not late, a pull in flight is Ahead of it by the slack, and
 // tasks wait for a CPU. The pressure is read last, and only when a pull
 // is ahead.
 func (f *InFlight) Behind(t *Ticket, mine time.Time) bool {
@@ -59,7 +60,7 @@ func (f *InFlight) Behind(t *Ticket, mine time.Time) bool {
 	f.mu.Lock()
 	ahead := false
 	for o := range f.pulls {
-		if o != t && Ahead(o.Due(), mine, Slack) {
+		if o != t && Ahead(o.Due(), mine, f.slack) {
 			ahead = true
 			break
 		}

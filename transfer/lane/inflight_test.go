@@ -44,7 +44,7 @@ func TestInFlightBehind(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := NewInFlight(tc.cpu)
+			f := NewInFlight(tc.cpu, Slack)
 			defer f.Add(tc.mine)()
 			for _, o := range tc.inFlight {
 				done := f.Add(o)
@@ -61,7 +61,7 @@ func TestInFlightBehind(t *testing.T) {
 	}
 
 	t.Run("added twice, counted until both are done", func(t *testing.T) {
-		f := NewInFlight(contended(true))
+		f := NewInFlight(contended(true), Slack)
 		s, b := small(), big()
 		done1, done2 := f.Add(s), f.Add(s)
 		done1()
@@ -81,7 +81,7 @@ func TestInFlightBehind(t *testing.T) {
 func TestInFlightPacesLayers(t *testing.T) {
 	now := time.Now()
 	due := dueFrom(now)
-	f := NewInFlight(contended(true))
+	f := NewInFlight(contended(true), Slack)
 
 	l := Overtaking(2, time.Second)
 	l.GiveWay(f)
@@ -98,7 +98,7 @@ func TestInFlightPacesLayers(t *testing.T) {
 	await.Until(t, 10*time.Second, "the layer to give way", p.pausing.Load)
 
 	link := NewLink(time.Second)
-	link.InFlight = f
+	link.GiveWay(f)
 	body := link.Open(big, nil)
 	defer body.Close()
 	if !body.Behind() {

@@ -24,10 +24,10 @@ type Link struct {
 	// to pause: pulls of about the same size share the link as before.
 	Slack time.Duration
 
-	// InFlight, if set, pauses a body also while a pull ahead of it is
+	// inflight, if set, pauses a body also while a pull ahead of it is
 	// in flight and tasks wait for a CPU: on a node whose CPUs are what
 	// limits, a body's checksum and writes take them from the pull ahead.
-	InFlight *InFlight
+	inflight *InFlight
 
 	now func() time.Time // time.Now; tests set it
 
@@ -45,6 +45,11 @@ const active = 100 * time.Millisecond
 func NewLink(slack time.Duration) *Link {
 	return &Link{Slack: slack, flows: map[*Flow]struct{}{}, now: time.Now}
 }
+
+// GiveWay makes the bodies on l give way also to the pulls in flight ahead
+// of them while tasks wait for a CPU (InFlight). Call it before the link
+// is used.
+func (l *Link) GiveWay(f *InFlight) { l.inflight = f }
 
 // Flow is one body on the link.
 type Flow struct {
@@ -107,7 +112,7 @@ func (f *Flow) Behind() bool {
 		}
 	}
 	l.mu.Unlock()
-	return l.InFlight.Behind(f.ticket, mine)
+	return l.inflight.Behind(f.ticket, mine)
 }
 
 // Ask reports whether f is Behind, asking the link at most every poll and
