@@ -35,9 +35,9 @@ type unpacking struct {
 	inflight   *lane.InFlight
 	noPressure error
 	// link orders blob bodies on the node's link (nil: by arrival).
-	link *lane.Link
-	ratio      *space.Ratio
-	loaded     []unpack.Platform // added for snapshotters unpack_config leaves out
+	link   *lane.Link
+	ratio  *space.Ratio
+	loaded []unpack.Platform // added for snapshotters unpack_config leaves out
 }
 
 // newUnpacking wraps the configured platforms, and those added for loaded
