@@ -328,16 +328,25 @@ func (s *Service) fastPath(ctx context.Context, src transfer.ImageFetcher, dst t
 			return &desc, false, nil
 		}
 	}
+	// The full pull reuses the resolve, when there was one.
+	full := &desc
+	if isDigest(ref) {
+		full = nil
+	}
 	unpacked, err := s.local.unpacked(ctx, desc, unpacker.UnpackPlatforms())
 	if err != nil || !unpacked {
-		if !isDigest(ref) {
-			return &desc, false, nil
-		}
-		return nil, false, nil
+		return full, false, nil
 	}
 	if !s.stored(ctx, dst, desc) {
 		if _, err := dst.Store(ctx, desc, s.local.Images); err != nil {
 			return nil, false, fmt.Errorf("store %s: %w", ref, err)
+		}
+		// No lease keeps what was checked above: an image removed
+		// meanwhile (CRI's RemoveImage collects at once) may have taken
+		// it, and the records just stored would name what is gone. Once
+		// stored, they keep what is still there, so a second look tells.
+		if unpacked, err := s.local.unpacked(ctx, desc, unpacker.UnpackPlatforms()); err != nil || !unpacked {
+			return full, false, nil
 		}
 	}
 	log.G(ctx).WithField("ref", ref).WithField("digest", desc.Digest).Debug("pull served from the local store")
