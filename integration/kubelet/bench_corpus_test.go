@@ -161,10 +161,11 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 // printTimelines prints where each pod's time went to stderr: a
 // benchmark's log is cut after ten lines. CRI's own lines, which stock
 // logs as well, give each call's start and end (sandbox, pull, create,
-// start), so that a pod's start can be split into its pull and the rest
-// on either runtime; Pullwise's timeline says where a pull's time went.
-// With PULLWISE_BENCH_VERBOSE=debug each layer's too: its wait for an
-// unpack place, its pauses, and containerd's own time applying it.
+// start), split by pod (criCallTable), so that a pod's start can be
+// split into its pull and the rest on either runtime; Pullwise's timeline
+// says where a pull's time went. With PULLWISE_BENCH_VERBOSE=debug each
+// layer's too: its wait for an unpack place, its pauses, and
+// containerd's own time applying it.
 func printTimelines(who string, prePull bool, log string) {
 	run := "cold"
 	if prePull {
@@ -176,12 +177,10 @@ func printTimelines(who string, prePull bool, log string) {
 			fmt.Fprintln(os.Stderr, line)
 		}
 	}
+	fmt.Fprint(os.Stderr, criCallTable(log))
 }
 
-var timelineLines = []string{
-	"image pull timeline", "layer unpacked in its lane",
-	`msg="RunPodSandbox for`, `msg="PullImage `, `msg="CreateContainer within`, `msg="StartContainer for`,
-}
+var timelineLines = []string{"image pull timeline", "layer unpacked in its lane"}
 
 // benchLogLevel is the nodes' containerd log level: debug only when asked,
 // as a debug log costs CPU the figures would count.
