@@ -138,6 +138,9 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 				}
 				refs = append(refs, host+"/"+repo+":v1")
 			}
+			if i := slices.IndexFunc(imgs, func(img corpus.Built) bool { return img.Name == "pause" }); i >= 0 {
+				c.pinSandbox(b, refs[i], gateConfig(benchLimit, "0s"))
+			}
 
 			// Each image's share of the work, alone: the least CPU either
 			// daemon took for it (containerd's, the registry's, the

@@ -55,6 +55,19 @@ func newContendersWith(b *testing.B, pullwiseConfig, criImages string) contender
 	return contenders{stock: stock, pullwise: pw}
 }
 
+// pinSandbox restarts both daemons with ref as CRI's sandbox image
+// (pinned_images.sandbox), as every node is configured: the pause image a
+// node pulls at boot is its sandbox image, which Pullwise's gate lets by
+// (queue_bypass). Removal stays allowed, as a burst starts from no image.
+func (c contenders) pinSandbox(b *testing.B, ref, pullwiseConfig string) {
+	b.Helper()
+	pinned := fmt.Sprintf("  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", ref)
+	c.pullwise.restartWith(b, envOptions{extraConfig: pullwiseConfig + "  protect_pinned_images = false\n", criImages: pinned,
+		transfer: os.Getenv("PULLWISE_BENCH_TRANSFER"), logLevel: "info"})
+	c.stock.restartWith(b, envOptions{criImages: pinned, transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER"), logLevel: "info",
+		binary: daemon.Bin("containerd-stock")})
+}
+
 // pullAll pulls refs concurrently through CRI and returns each pull's
 // completion time from the common start, sorted, and the makespan.
 func pullAll(b *testing.B, e *env, refs []string) []time.Duration {
