@@ -47,35 +47,31 @@ func criCalls(log string) (pods []*podCalls, pulls map[string]*span, images []st
 			continue
 		}
 		msg := strings.ReplaceAll(m[2], `\"`, `"`)
+		// mark sets the start or, on the call's returns line, the end of
+		// one of p's calls; the end names what p's next call refers to.
+		mark := func(p *podCalls, call *span, returns string, next map[string]*podCalls) {
+			id, ended := after(msg, returns)
+			switch {
+			case !ended:
+				call.start = at
+			case next != nil:
+				next[id] = p
+				fallthrough
+			default:
+				call.end = at
+			}
+		}
 		switch {
 		case strings.HasPrefix(msg, "RunPodSandbox for "):
 			p := pod(firstQuoted(msg))
-			if id, ok := after(msg, "returns sandbox id "); ok {
-				p.sandbox.end = at
-				bySandbox[id] = p
-			} else {
-				p.sandbox.start = at
-			}
+			mark(p, &p.sandbox, "returns sandbox id ", bySandbox)
 		case strings.HasPrefix(msg, "CreateContainer within sandbox "):
-			p := bySandbox[firstQuoted(msg)]
-			if p == nil {
-				continue
-			}
-			if id, ok := after(msg, "returns container id "); ok {
-				p.create.end = at
-				byContainer[id] = p
-			} else {
-				p.create.start = at
+			if p := bySandbox[firstQuoted(msg)]; p != nil {
+				mark(p, &p.create, "returns container id ", byContainer)
 			}
 		case strings.HasPrefix(msg, "StartContainer for "):
-			p := byContainer[firstQuoted(msg)]
-			if p == nil {
-				continue
-			}
-			if strings.HasSuffix(msg, "returns successfully") {
-				p.launch.end = at
-			} else {
-				p.launch.start = at
+			if p := byContainer[firstQuoted(msg)]; p != nil {
+				mark(p, &p.launch, "returns successfully", nil)
 			}
 		case strings.HasPrefix(msg, "PullImage "):
 			ref := firstQuoted(msg)
