@@ -130,6 +130,11 @@ func TestUnpackKeepsImpliedDirectories(t *testing.T) {
 			}
 
 			assertUnpacked(t, e, img.Config, chainID, tc.parallel)
+			// Each layer's debug line names its pull, so that in a burst
+			// an operator can tell whose layers held the unpack places.
+			if n := strings.Count(e.d.Log(), `msg="layer unpacked in its lane" image="`+img.Ref+`"`); n != 3 {
+				t.Errorf("%d layer lines name %s, want one per layer (3)", n, img.Ref)
+			}
 			// And the operator is told so at start, at info level; and
 			// that work gives way to pulls ahead under CPU pressure
 			// wherever the kernel keeps it.

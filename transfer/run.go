@@ -101,6 +101,9 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	expected := r.watch(ctx, progress, turn, held.release)
 	defer expected()
 	tctx := lazy.WithObserver(lane.WithTicket(ctx, r.ticket), s.lazyLayer(r.p, r.rec, tap))
+	// Lines logged for the pull's layers, in a burst of pulls, say whose
+	// layer it was.
+	tctx = log.WithLogger(tctx, log.G(tctx).WithField("image", r.ref))
 	if err := s.next.Transfer(tctx, r.src, dst, transfer.WithProgress(tap)); err != nil {
 		if r.cfg.Space != nil {
 			if full := r.cfg.Space.Explain(err, held.need); full != nil {
