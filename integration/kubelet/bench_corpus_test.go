@@ -180,7 +180,11 @@ func printTimelines(who string, prePull bool, log string) {
 	fmt.Fprint(os.Stderr, criCallTable(log))
 }
 
-var timelineLines = []string{"image pull timeline", "layer unpacked in its lane"}
+// timelineLines are Pullwise's timeline of each pull, and at debug level
+// each layer's wait for an unpack place and containerd's own line when it
+// commits the layer's snapshot (in parallel unpack, in order, once every
+// layer before it is in).
+var timelineLines = []string{"image pull timeline", "layer unpacked in its lane", `msg="layer unpacked"`}
 
 // benchLogLevel is the nodes' containerd log level: debug only when asked,
 // as a debug log costs CPU the figures would count.
