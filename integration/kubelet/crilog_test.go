@@ -152,9 +152,9 @@ func criCallTable(log string) string {
 	return b.String()
 }
 
-// TestCRICalls: CRI's own log lines, as containerd writes them, split by
+// TestKubeletBenchCRICalls: CRI's own log lines, as containerd writes them, split by
 // pod and by image, pods in the order they ran.
-func TestCRICalls(t *testing.T) {
+func TestKubeletBenchCRICalls(t *testing.T) {
 	log := strings.Join([]string{
 		`time="2026-11-27T11:00:40.000000000Z" level=info msg="PullImage \"reg/big:v1\""`,
 		`time="2026-11-27T11:00:41.000000000Z" level=info msg="RunPodSandbox for name:\"bench0-e2e\"  uid:\"u0\"  namespace:\"default\""`,
