@@ -67,10 +67,6 @@ func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platfo
 	// A pull holding a chain lock that an earlier pull waits on lends
 	// that pull's due to its layers waiting in the lane.
 	u.chains = lane.NewKeyedLock(unpacks)
-	var commits *lane.Lane // nil: commits in the order they ask
-	if c.SmallPullsFirst {
-		commits = lane.New(1)
-	}
 	dirs := implied.NewDirs()
 	for _, up := range append(configured, loaded...) {
 		a := up.Applier
@@ -82,9 +78,6 @@ func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platfo
 		// its pulls' layers through the context (transfer/applyopts).
 		up.Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: u.ratio}}, Lane: unpacks, Costs: u.costs}
 		up.Snapshotter = lazy.Snapshotter{Snapshotter: up.Snapshotter}
-		if commits != nil {
-			up.Snapshotter = lane.Snapshotter{Snapshotter: up.Snapshotter, Commits: commits}
-		}
 		u.platforms = append(u.platforms, up)
 	}
 	return u
