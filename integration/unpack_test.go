@@ -132,14 +132,15 @@ func TestUnpackKeepsImpliedDirectories(t *testing.T) {
 			assertUnpacked(t, e, img.Config, chainID, tc.parallel)
 			// Each layer's debug line names its pull, so that in a burst
 			// an operator can tell whose layers held the unpack places.
-			if n := strings.Count(e.d.Log(), `msg="layer unpacked in its lane" image="`+img.Ref+`"`); n != 3 {
+			log := e.d.Log()
+			if n := strings.Count(log, `msg="layer unpacked in its lane" image="`+img.Ref+`"`); n != 3 {
 				t.Errorf("%d layer lines name %s, want one per layer (3)", n, img.Ref)
 			}
 			// And the operator is told so at start, at info level; and
 			// that work gives way to pulls ahead under CPU pressure
 			// wherever the kernel keeps it.
 			_, err := os.Stat("/proc/pressure/cpu")
-			line := strings.Fields(logLine(e.d.Log(), `msg="unpack configured"`))
+			line := strings.Fields(logLine(log, `msg="unpack configured"`))
 			for _, want := range []string{fmt.Sprintf("parallel=%t", tc.parallel), fmt.Sprintf("cpu_pressure=%t", err == nil)} {
 				if !slices.Contains(line, want) {
 					t.Errorf("containerd's start line does not say %s:\n%s", want, strings.Join(line, " "))

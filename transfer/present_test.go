@@ -1,13 +1,10 @@
 package transfer
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"sync"
 	"testing"
 
-	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -44,11 +41,11 @@ func TestFastPathStoresOnlyWhatIsThere(t *testing.T) {
 			db := metadatatest.DB(t)
 			cs := db.ContentStore()
 			diffID := digest.FromString("layer")
-			config := writeJSON(t, ctx, cs, ocispec.MediaTypeImageConfig, ocispec.Image{
+			config := metadatatest.WriteJSON(t, ctx, cs, ocispec.MediaTypeImageConfig, ocispec.Image{
 				Platform: platforms.DefaultSpec(),
 				RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{diffID}},
 			})
-			manifest := writeJSON(t, ctx, cs, ocispec.MediaTypeImageManifest, ocispec.Manifest{
+			manifest := metadatatest.WriteJSON(t, ctx, cs, ocispec.MediaTypeImageManifest, ocispec.Manifest{
 				Versioned: specs.Versioned{SchemaVersion: 2},
 				MediaType: ocispec.MediaTypeImageManifest,
 				Config:    config,
@@ -142,17 +139,4 @@ func (s *statOnly) remove(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.keys, key)
-}
-
-func writeJSON(t *testing.T, ctx context.Context, cs content.Store, mediaType string, v any) ocispec.Descriptor {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	desc := ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(b), Size: int64(len(b))}
-	if err := content.WriteBlob(ctx, cs, desc.Digest.String(), bytes.NewReader(b), desc); err != nil {
-		t.Fatal(err)
-	}
-	return desc
 }

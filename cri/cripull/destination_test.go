@@ -1,9 +1,7 @@
 package cripull
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"maps"
 	"strconv"
 	"strings"
@@ -18,6 +16,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/pullwise/pullwise/internal/metadatatest"
 )
 
 const (
@@ -79,21 +79,11 @@ func newContentStore(t *testing.T) content.Store {
 }
 
 func writeBlob(t *testing.T, cs content.Store, mediaType string, data []byte) ocispec.Descriptor {
-	t.Helper()
-	desc := ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(data), Size: int64(len(data))}
-	if err := content.WriteBlob(context.Background(), cs, desc.Digest.String(), bytes.NewReader(data), desc); err != nil {
-		t.Fatalf("write %s: %v", mediaType, err)
-	}
-	return desc
+	return metadatatest.WriteBlob(t, context.Background(), cs, mediaType, data)
 }
 
 func writeJSON(t *testing.T, cs content.Store, mediaType string, v any) ocispec.Descriptor {
-	t.Helper()
-	data, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writeBlob(t, cs, mediaType, data)
+	return metadatatest.WriteJSON(t, context.Background(), cs, mediaType, v)
 }
 
 // writeImage writes an OCI image manifest with a config and two layers.
