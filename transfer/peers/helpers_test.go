@@ -16,6 +16,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/pullwise/pullwise/internal/await"
+	"github.com/pullwise/pullwise/internal/metadatatest"
 )
 
 // testReadTimeout is short so that the stall tests are quick; a peer on
@@ -106,12 +107,7 @@ func randomBlob(t *testing.T, size int) ([]byte, digest.Digest) {
 // put writes b into the store.
 func put(t *testing.T, s content.Store, b []byte) digest.Digest {
 	t.Helper()
-	d := digest.FromBytes(b)
-	desc := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: d, Size: int64(len(b))}
-	if err := content.WriteBlob(context.Background(), s, d.String(), bytes.NewReader(b), desc); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return metadatatest.WriteBlob(t, context.Background(), s, "application/octet-stream", b).Digest
 }
 
 // fakeStore answers every digest in sizes with the blob blob returns:
