@@ -47,31 +47,17 @@ func criCalls(log string) (pods []*podCalls, pulls map[string]*span, images []st
 			continue
 		}
 		msg := strings.ReplaceAll(m[2], `\"`, `"`)
-		// mark sets the start or, on the call's returns line, the end of
-		// one of p's calls; the end names what p's next call refers to.
-		mark := func(p *podCalls, call *span, returns string, next map[string]*podCalls) {
-			id, ended := after(msg, returns)
-			switch {
-			case !ended:
-				call.start = at
-			case next != nil:
-				next[id] = p
-				fallthrough
-			default:
-				call.end = at
-			}
-		}
 		switch {
 		case strings.HasPrefix(msg, "RunPodSandbox for "):
 			p := pod(firstQuoted(msg))
-			mark(p, &p.sandbox, "returns sandbox id ", bySandbox)
+			mark(p, &p.sandbox, at, msg, "returns sandbox id ", bySandbox)
 		case strings.HasPrefix(msg, "CreateContainer within sandbox "):
 			if p := bySandbox[firstQuoted(msg)]; p != nil {
-				mark(p, &p.create, "returns container id ", byContainer)
+				mark(p, &p.create, at, msg, "returns container id ", byContainer)
 			}
 		case strings.HasPrefix(msg, "StartContainer for "):
 			if p := byContainer[firstQuoted(msg)]; p != nil {
-				mark(p, &p.launch, "returns successfully", nil)
+				mark(p, &p.launch, at, msg, "returns successfully", nil)
 			}
 		case strings.HasPrefix(msg, "PullImage "):
 			ref := firstQuoted(msg)
@@ -91,6 +77,22 @@ func criCalls(log string) (pods []*podCalls, pulls map[string]*span, images []st
 	slices.SortStableFunc(pods, func(a, b *podCalls) int { return compareSet(a.launch.end, b.launch.end) })
 	slices.SortStableFunc(images, func(a, b string) int { return pulls[a].start.Compare(pulls[b].start) })
 	return pods, pulls, images
+}
+
+// mark sets the start of one of p's calls from its line msg at at or, on
+// the call's returns line, its end; the end names what p's next call
+// refers to (its sandbox, its container).
+func mark(p *podCalls, call *span, at time.Time, msg, returns string, next map[string]*podCalls) {
+	id, ended := after(msg, returns)
+	switch {
+	case !ended:
+		call.start = at
+	case next != nil:
+		next[id] = p
+		fallthrough
+	default:
+		call.end = at
+	}
 }
 
 // criLine matches a logrus text line: its time and its message.
