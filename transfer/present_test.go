@@ -121,11 +121,12 @@ func TestFastPathStoresOnlyWhatIsThere(t *testing.T) {
 	}
 }
 
-// TestJoinerPullsAgainWhatWasRemoved: a caller that joins a pull in
-// flight gets its outcome. If the image was removed while the shared pull
-// ran, the joiner would be told its image is there when it is not, and
-// CRI would answer it NotFound; stock, which does not share pulls, would
-// have pulled for it. So the joiner pulls again, and only then.
+// TestJoinerPullsAgainWhatWasRemoved: a pull stores its image before it
+// ends, and a caller may join it in between. If the image was removed
+// there, the joiner would be told its image is in when it is not, and CRI
+// would answer it NotFound; stock, which does not share pulls, would have
+// pulled for it. So the joiner pulls again, and only then, and finds its
+// image.
 func TestJoinerPullsAgainWhatWasRemoved(t *testing.T) {
 	const ref = "registry.test/app:v1"
 	for _, tc := range []struct {
@@ -134,7 +135,7 @@ func TestJoinerPullsAgainWhatWasRemoved(t *testing.T) {
 		wantPulls int
 	}{
 		{name: "kept", wantPulls: 1},
-		{name: "removed during the pull", removed: true, wantPulls: 2},
+		{name: "removed before the pull ended", removed: true, wantPulls: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t)
@@ -153,19 +154,42 @@ func TestJoinerPullsAgainWhatWasRemoved(t *testing.T) {
 			go func() { errs <- pull() }()
 			await.Until(t, 5*time.Second, "the second caller joined", func() bool { return s.group.Callers() == 2 })
 
-			// What the shared pull stores, and what a removal takes.
+			// What the shared pull stores, and a removal before it ends.
 			_, remove := n.hold(t, ref)
 			if tc.removed {
 				remove()
 			}
+			next.release <- struct{}{}
+			returned, awaitRepull := 0, tc.removed
+			for awaitRepull {
+				select {
+				case <-next.started:
+					n.hold(t, ref) // what the joiner's own pull stores
+					awaitRepull = false
+				case err := <-errs:
+					if err != nil {
+						t.Fatal(err)
+					}
+					if returned++; returned == 2 {
+						t.Fatal("both callers returned, and the joiner did not pull again")
+					}
+				}
+			}
+			// Any further pull returns at once, storing nothing.
 			close(next.release)
-			for range 2 {
+			for ; returned < 2; returned++ {
 				if err := <-errs; err != nil {
 					t.Fatal(err)
 				}
 			}
 			if got := next.count(); got != tc.wantPulls {
 				t.Fatalf("%d pulls reached the registry, want %d", got, tc.wantPulls)
+			}
+			if _, err := n.images.Get(n.ctx, ref); err != nil {
+				t.Fatalf("after both pulls returned: %v", err)
+			}
+			if outcome(s, OutcomeDeduped) != float64(2-tc.wantPulls) {
+				t.Fatalf("%v pulls counted deduped, want %d", outcome(s, OutcomeDeduped), 2-tc.wantPulls)
 			}
 		})
 	}

@@ -164,54 +164,42 @@ func (s *Service) pull(ctx context.Context, src transfer.ImageFetcher, dst trans
 	if !ok {
 		key = "unshared/" + strconv.FormatUint(s.unique.Add(1), 10)
 	}
-	podUID := pullctx.PodFrom(ctx).GetUid()
-	s.hub.Join(key, imageref.Normalize(imageOf(src)), podUID)
-	defer s.hub.Leave(key, podUID)
-	do := func() (bool, error) {
+	share := func() (bool, error) {
+		podUID := pullctx.PodFrom(ctx).GetUid()
+		s.hub.Join(key, imageref.Normalize(imageOf(src)), podUID)
+		defer s.hub.Leave(key, podUID)
 		return s.group.Do(ctx, key, cfg.Progress, func(ctx context.Context, progress func(transfer.Progress)) error {
 			return s.run(ctx, key, src, dst, progress)
 		})
 	}
-	shared, err := do()
+	shared, err := share()
+	// A run stores its image before it ends, and a removal in between
+	// (CRI's RemoveImage collects at once) may come before a caller joins
+	// it: that caller would be told its image is in when it is not. Stock,
+	// sharing nothing, would have pulled for it; so does such a joiner,
+	// once, and it counts as that pull, not as a deduped one.
+	if shared && err == nil && ctx.Err() == nil && s.gone(ctx, dst) {
+		log.G(ctx).WithField("image", imageOf(src)).Info("image removed during the pull this one joined: pulling again")
+		_, err = share()
+		return err
+	}
 	if shared {
 		s.metrics.pulls.WithLabelValues(OutcomeDeduped).Inc()
-		// A caller that joined a run inherits what happened during it,
-		// including a removal (CRI's RemoveImage collects at once) that
-		// came before this caller asked. Stock would have pulled afresh
-		// for it: so does a joiner whose image is gone, once.
-		if err == nil && s.gone(ctx, dst) {
-			log.G(ctx).WithField("image", imageOf(src)).Info("image removed during the pull this one joined: pulling again")
-			_, err = do()
-		}
 	}
 	return err
 }
 
-// gone reports whether the image a finished pull stored into dst is no
-// longer usable: a name removed, or the content or snapshots behind it
-// collected. It says false when it cannot tell.
+// gone reports whether an image a pull stored into dst has been removed
+// since. It looks only for the names: a removal takes them, and a name
+// there again was stored by a pull that holds its content. It says false
+// when it cannot tell.
 func (s *Service) gone(ctx context.Context, dst transfer.ImageStorer) bool {
 	l, ok := dst.(transfer.ImageLookup)
 	if !ok || s.local.Images == nil {
 		return false
 	}
-	recs, err := l.Lookup(ctx, s.local.Images)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return true
-	}
-	if err != nil {
-		return false
-	}
-	u, ok := dst.(transfer.ImageUnpacker)
-	if !ok || len(u.UnpackPlatforms()) == 0 {
-		return false
-	}
-	for _, r := range recs {
-		if unpacked, err := s.local.unpacked(ctx, r.Target, u.UnpackPlatforms()); err == nil && !unpacked {
-			return true
-		}
-	}
-	return false
+	_, err := l.Lookup(ctx, s.local.Images)
+	return errors.Is(err, errdefs.ErrNotFound)
 }
 
 // admit waits until the disk has room for what the pull, holding the
