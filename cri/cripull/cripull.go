@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
 
@@ -35,6 +36,7 @@ import (
 
 	"github.com/pullwise/pullwise/cri/criconfig"
 	"github.com/pullwise/pullwise/transfer/applyopts"
+	"github.com/pullwise/pullwise/transfer/sourcelabel"
 )
 
 // CRI labels, as upstream's internal/cri/labels names them.
@@ -148,6 +150,17 @@ func (p *Puller) pull(ctx context.Context, r *runtime.PullImageRequest) (string,
 	}
 	imageID := configDesc.Digest.String()
 	repoDigest, repoTag := repoDigestAndTag(named, img.Target)
+	// The records made here carry the pull source the transfer service set
+	// on the tag's from their first write. Labelled afterwards, as
+	// cri/pullsource does records that already exist, each would cost one
+	// more synced write to the metadata database, which a burst of pulls
+	// waits on (docs/benchmarks.md).
+	labels = maps.Clone(labels)
+	for _, k := range []string{sourcelabel.PullSource, sourcelabel.BlobSources} {
+		if v := img.Labels[k]; v != "" {
+			labels[k] = v
+		}
+	}
 	cri, err := p.deps.CRI()
 	if err != nil {
 		return "", fmt.Errorf("CRI image service: %w", err)

@@ -31,8 +31,8 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullwise/pullwise/cri/criconfig"
-
 	"github.com/pullwise/pullwise/internal/metadatatest"
+	"github.com/pullwise/pullwise/transfer/sourcelabel"
 )
 
 // TestRepoDigestAndTag: the names CRI gives a pulled image besides its ID
@@ -282,6 +282,10 @@ type fakeTransfer struct {
 	err     error // returned without storing
 	hang    bool  // waits for the pull's context to end
 
+	// source, if set, are the pull-source labels the transfer service
+	// sets on the records it stored, as Pullwise's does.
+	source map[string]string
+
 	asks     int
 	src, dst any
 	progress bool
@@ -313,8 +317,17 @@ func (f *fakeTransfer) Transfer(ctx context.Context, src, dst any, opts ...trans
 		}
 	}
 	var err error
-	f.stored, err = dst.(transfer.ImageStorer).Store(ctx, target, f.images)
-	return err
+	if f.stored, err = dst.(transfer.ImageStorer).Store(ctx, target, f.images); err != nil {
+		return err
+	}
+	for _, rec := range f.stored {
+		if len(f.source) > 0 {
+			if err := sourcelabel.Set(ctx, f.images, rec, f.source); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // criCache is CRI's image cache: it remembers which names it was told to
@@ -391,6 +404,7 @@ func TestPullRecords(t *testing.T) {
 		wantUnpackTo  string
 		wantDiscard   bool
 		noAnnotations bool
+		source        map[string]string // set by the transfer service on what it stored
 	}{
 		{name: "tagged", image: "registry.example/app:v1",
 			wantRef: "registry.example/app:v1", wantTag: "registry.example/app:v1", wantDigest: "registry.example/app@" + m,
@@ -413,11 +427,17 @@ func TestPullRecords(t *testing.T) {
 			config:  criconfig.Images{DiscardUnpackedLayers: true, DisableSnapshotAnnotations: true},
 			wantRef: "registry.example/app:v1", wantTag: "registry.example/app:v1", wantDigest: "registry.example/app@" + m,
 			wantLabels: managed, wantUnpackTo: "overlayfs", wantDiscard: true, noAnnotations: true},
+		// The records made after the transfer carry its pull source from
+		// their first write, not in a second one each.
+		{name: "with the pull source", image: "registry.example/app:v1",
+			source:  map[string]string{sourcelabel.PullSource: "mirror.example/app:v1", sourcelabel.BlobSources: `{"mirror.example":{"blobs":3}}`},
+			wantRef: "registry.example/app:v1", wantTag: "registry.example/app:v1", wantDigest: "registry.example/app@" + m,
+			wantLabels: managed, wantUnpackTo: "overlayfs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.config
 			cfg.Snapshotter = "overlayfs"
-			ft, cri := &fakeTransfer{}, &criCache{}
+			ft, cri := &fakeTransfer{source: tc.source}, &criCache{}
 			p, store, ctx := img.puller(t, cfg, ft, cri, nil)
 
 			resp, err := p.PullImage(ctx, &runtime.PullImageRequest{
@@ -470,10 +490,12 @@ func TestPullRecords(t *testing.T) {
 				t.Fatal(err)
 			}
 			var names []string
+			wantRecord := maps.Clone(tc.wantLabels)
+			maps.Copy(wantRecord, tc.source)
 			for _, r := range all {
 				names = append(names, r.Name)
-				if r.Target.Digest != img.manifest.Digest || !maps.Equal(r.Labels, tc.wantLabels) {
-					t.Errorf("record %s: target %s, labels %v; want %s, %v", r.Name, r.Target.Digest, r.Labels, m, tc.wantLabels)
+				if r.Target.Digest != img.manifest.Digest || !maps.Equal(r.Labels, wantRecord) {
+					t.Errorf("record %s: target %s, labels %v; want %s, %v", r.Name, r.Target.Digest, r.Labels, m, wantRecord)
 				}
 			}
 			if slices.Sort(names); !slices.Equal(names, slices.Sorted(slices.Values(want))) {
