@@ -16,10 +16,7 @@ import (
 // and for what it did not see (a re-pull fetches no cached blob; a digest
 // already present asks no host), what the image carried before.
 func sourceLabels(res source.Result, prev map[string]string) map[string]string {
-	out := map[string]string{
-		sourcelabel.PullSource:  prev[sourcelabel.PullSource],
-		sourcelabel.BlobSources: prev[sourcelabel.BlobSources],
-	}
+	out := sourcelabel.Of(prev)
 	if res.Source != "" {
 		out[sourcelabel.PullSource] = res.Source
 	}

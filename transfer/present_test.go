@@ -10,7 +10,6 @@ import (
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/core/snapshots"
-	"github.com/containerd/containerd/v2/core/transfer"
 	transferimage "github.com/containerd/containerd/v2/core/transfer/image"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
@@ -110,7 +109,7 @@ func TestFastPathStoresOnlyWhatIsThere(t *testing.T) {
 			ref := "registry.test/app@" + manifest.Digest.String()
 			dst := transferimage.NewStore(ref, transferimage.WithUnpack(platforms.DefaultSpec(), "test"))
 
-			_, fast, err := s.fastPath(n.ctx, named{ref}, dst)
+			_, fast, err := s.fastPath(n.ctx, fakeSource{ref: ref}, dst)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,18 +192,6 @@ func TestJoinerPullsAgainWhatWasRemoved(t *testing.T) {
 			}
 		})
 	}
-}
-
-// named is a pull source that names its image; the fast path of a digest
-// reference asks it nothing else.
-type named struct{ ref string }
-
-func (n named) Image() string { return n.ref }
-func (n named) Resolve(context.Context) (string, ocispec.Descriptor, error) {
-	return "", ocispec.Descriptor{}, errdefs.ErrNotImplemented
-}
-func (n named) Fetcher(context.Context, string) (transfer.Fetcher, error) {
-	return nil, errdefs.ErrNotImplemented
 }
 
 // removedFirst is an image store where remove, if set, runs before the

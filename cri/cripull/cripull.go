@@ -156,8 +156,8 @@ func (p *Puller) pull(ctx context.Context, r *runtime.PullImageRequest) (string,
 	// more synced write to the metadata database, which a burst of pulls
 	// waits on (docs/benchmarks.md).
 	labels = maps.Clone(labels)
-	for _, k := range []string{sourcelabel.PullSource, sourcelabel.BlobSources} {
-		if v := img.Labels[k]; v != "" {
+	for k, v := range sourcelabel.Of(img.Labels) {
+		if v != "" {
 			labels[k] = v
 		}
 	}

@@ -134,10 +134,7 @@ func (s *Sources) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // the transfer: the repo digest and the image ID.
 func (s *Sources) LabelNames(ctx context.Context, ref, imageID string) {
 	s.labelImage(ctx, ref, imageID, func(pulled images.Image) map[string]string {
-		return map[string]string{
-			sourcelabel.PullSource:  pulled.Labels[sourcelabel.PullSource],
-			sourcelabel.BlobSources: pulled.Labels[sourcelabel.BlobSources],
-		}
+		return sourcelabel.Of(pulled.Labels)
 	})
 }
 

@@ -20,6 +20,13 @@ const (
 	BlobSources = "io.pullwise.pull-source.blobs"
 )
 
+// Of returns the pull-source labels among labels, both keys present, ""
+// where one is missing: as Set takes them, to copy a record's source to
+// another.
+func Of(labels map[string]string) map[string]string {
+	return map[string]string{PullSource: labels[PullSource], BlobSources: labels[BlobSources]}
+}
+
 // Set writes the labels of want that rec lacks or has otherwise, by field
 // path, so other labels (CRI's, pins) are left alone; an empty value
 // removes the label.
