@@ -19,6 +19,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/peers"
 	"github.com/pullwise/pullwise/transfer/pullctx"
 	"github.com/pullwise/pullwise/transfer/source"
+	"github.com/pullwise/pullwise/transfer/sourcelabel"
 	"github.com/pullwise/pullwise/transfer/space"
 )
 
@@ -64,6 +65,16 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	// image store wipes them.
 	prev := s.previousLabels(ctx, dst, digestOf(r.ref))
 	defer r.recorded(ctx)()
+	// The records are labelled as they are stored (sourcelabel.Store);
+	// recordSource then finds them labelled and writes nothing more.
+	labels := func() map[string]string {
+		var res source.Result
+		if r.rec != nil {
+			res = r.rec.Result()
+		}
+		return sourceLabels(res, prev)
+	}
+	ctx = sourcelabel.WithLabels(ctx, labels)
 
 	fast, err := r.fastPath(ctx)
 	if err != nil {
@@ -71,7 +82,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	}
 	if fast {
 		outcome = OutcomeFastPath
-		s.recordSource(ctx, dst, r.rec, prev)
+		s.recordSource(ctx, dst, labels())
 		s.offer(ctx, dst)
 		return nil
 	}
@@ -113,7 +124,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 		}
 		return explain(err, r.rec)
 	}
-	s.recordSource(ctx, dst, r.rec, prev)
+	s.recordSource(ctx, dst, labels())
 	s.offer(ctx, dst)
 	return nil
 }

@@ -311,13 +311,10 @@ func explain(err error, rec *source.Fetcher) error {
 const progressInterval = 300 * time.Millisecond
 
 // recordSource labels what a successful pull stored with where it came
-// from. A failure to label does not fail the pull: the image is there.
-func (s *Service) recordSource(ctx context.Context, dst transfer.ImageStorer, rec *source.Fetcher, prev map[string]string) {
-	var res source.Result
-	if rec != nil {
-		res = rec.Result()
-	}
-	if err := s.labelStored(ctx, dst, sourceLabels(res, prev)); err != nil {
+// from, where the store did not (sourcelabel.Store). A failure to label
+// does not fail the pull: the image is there.
+func (s *Service) recordSource(ctx context.Context, dst transfer.ImageStorer, labels map[string]string) {
+	if err := s.labelStored(ctx, dst, labels); err != nil {
 		log.G(ctx).WithError(err).Warn("pull source not recorded")
 	}
 }

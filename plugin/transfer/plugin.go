@@ -27,6 +27,7 @@ import (
 
 	"github.com/pullwise/pullwise/transfer"
 	"github.com/pullwise/pullwise/transfer/gunzip"
+	"github.com/pullwise/pullwise/transfer/sourcelabel"
 
 	// Type registrations for transfer sources and destinations; without
 	// them ctr's pull, import and export requests cannot be decoded.
@@ -75,7 +76,10 @@ func init() {
 			if err := prometheus.Register(u.costs); err != nil {
 				return nil, err
 			}
-			next := local.NewTransferService(db.ContentStore(), metadata.NewImageStore(db), local.TransferConfig{
+			// Pulls' records get their source labels in the write that
+			// stores them, not in one more (sourcelabel.Store).
+			imgs := sourcelabel.Store{Store: metadata.NewImageStore(db)}
+			next := local.NewTransferService(db.ContentStore(), imgs, local.TransferConfig{
 				Leases:                      l.(leases.Manager),
 				MaxConcurrentDownloads:      c.MaxConcurrentDownloads,
 				ConcurrentLayerFetchBuffer:  c.ConcurrentLayerFetchBuffer,
@@ -87,7 +91,7 @@ func init() {
 				RegistryConfigPath:          c.RegistryConfigPath,
 			})
 			ts, err := transfer.New(next, transfer.Local{
-				Images:      metadata.NewImageStore(db),
+				Images:      imgs,
 				Content:     db.ContentStore(),
 				Snapshotter: db.Snapshotter,
 			}, prometheus.DefaultRegisterer)
