@@ -11,13 +11,18 @@
 // One model, in these words:
 //
 //   - cost: what a pull's layers take to write on this node, learned per
-//     media type from the layers it has written (Costs).
+//     media type from the layers it has written (Costs). It can be wrong
+//     several times over, since what a byte costs to write depends on
+//     what the layers hold, not only on their compression; lateness
+//     (below) bounds what a wrong cost can do to a pull.
 //   - due: when a pull should be done: when it was asked for, plus its
 //     cost (Ticket). Every line here is ordered by due, earliest first;
 //     between equal dues, by arrival. A pull whose cost is not known yet
 //     is due when it was asked for.
-//   - ahead: due more than the Slack before another. Pulls within the
-//     slack of each other share as they would without any ordering.
+//   - ahead: due more than the Slack before another. Only work ahead
+//     overtakes or makes others give way (below). Between pulls within
+//     the slack of each other, a line still serves the earlier due first,
+//     but nothing that holds a place is passed or paused for it.
 //   - overtake: work ahead of everything holding a place does not wait
 //     for them: it takes an extra place beyond the limit, up to the limit
 //     more (Extra). A place is held for a whole layer, tens of seconds for

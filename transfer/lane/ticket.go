@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// Slack is how much sooner one pull must be due than another to go before
-// it (Ahead). Pulls of about the same cost then keep sharing as they would
-// without any ordering: reordering them would buy nothing and cost pauses.
+// Slack is how much sooner one pull must be due than another to overtake
+// it or make it give way (Ahead); a line serves the earlier due first
+// whatever the gap. Between pulls of about the same cost, passing or
+// pausing work that holds a place would buy nothing and cost pauses.
 // A second is well above the poll at which paused work looks again, and a
 // fraction of what a large image costs to write.
 const Slack = time.Second
