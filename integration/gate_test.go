@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"path"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -521,41 +523,102 @@ func timelineHas(log, ref, s string) bool {
 // TestSmallPullOvertakesLarge: with one download place, a small image
 // asked for just after a large one gets the next place, before the large
 // one's other layers, as it would be done long before it (lane.Ticket).
+// With the CPUs busy the large pull's bodies give way to the small pull
+// as soon as it is in flight, before it asks for any layer, and the place
+// they give back must not go to the large pull's next layer, only to be
+// held by a request that pauses at once (lane.Link.Unasked). A paused
+// body holds no place (docs/pull-gate.md): which of the large pull's
+// layers goes on first after is not asked.
 func TestSmallPullOvertakesLarge(t *testing.T) {
-	e := newEnv(t, envOptions{extraConfig: gateConfig(2, "0s"), transfer: "max_concurrent_downloads = 1\n"})
-	large := e.push("order/large", "v1", registry.Image{Layers: []int64{16 << 20, 16 << 20, 16 << 20}, Seed: 630})
-	small := e.push("order/small", "v1", registry.Image{Layers: []int64{256 << 10}, Seed: 631})
-	// Half a second per large layer: the small pull is asked for while
-	// the first one is on the wire.
-	e.upstream.SetFault(registry.When(func(r registry.Request) bool { return r.Kind == registry.KindBlob }, &registry.Fault{BytesPerSecond: 32 << 20}))
+	for _, tc := range []struct {
+		name string
+		busy bool
+	}{
+		{name: "idle CPUs"},
+		{name: "busy CPUs", busy: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{extraConfig: gateConfig(2, "0s"), transfer: "max_concurrent_downloads = 1\n"})
+			large := e.push("order/large", "v1", registry.Image{Layers: []int64{16 << 20, 16 << 20, 16 << 20}, Seed: 630})
+			small := e.push("order/small", "v1", registry.Image{Layers: []int64{256 << 10}, Seed: 631})
+			// Half a second per large layer: the small pull is asked for while
+			// the first one is on the wire. Each of the small pull's manifest
+			// requests takes a tenth of a second, so that it is in flight a
+			// while before it asks for its layer, as a pull from a registry
+			// further away would be.
+			e.upstream.SetFault(func(r registry.Request) *registry.Fault {
+				switch {
+				case r.Kind == registry.KindBlob:
+					return &registry.Fault{BytesPerSecond: 32 << 20}
+				case r.Kind == registry.KindManifest && r.Repo == "order/small":
+					return &registry.Fault{Delay: 100 * time.Millisecond}
+				}
+				return nil
+			})
+			if tc.busy {
+				busyCPUs(t)
+			}
 
-	ctx := context.Background()
-	errs := make(chan error, 2)
-	go func() { _, err := e.images.PullImage(ctx, criImage(large.Ref), nil, nil); errs <- err }()
-	eventually(t, 10*time.Second, "the large pull's first layer on the wire", func() bool {
-		pulls := e.listPulls()
-		return len(pulls) == 1 && pulls[0].GetBytesDone() > large.ConfigSize
+			ctx := context.Background()
+			errs := make(chan error, 2)
+			go func() { _, err := e.images.PullImage(ctx, criImage(large.Ref), nil, nil); errs <- err }()
+			eventually(t, 10*time.Second, "the large pull's first layer on the wire", func() bool {
+				pulls := e.listPulls()
+				return len(pulls) == 1 && pulls[0].GetBytesDone() > large.ConfigSize
+			})
+			go func() { _, err := e.images.PullImage(ctx, criImage(small.Ref), nil, nil); errs <- err }()
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := e.upstream.WaitIdle(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			var order []string
+			var layers []registry.Request
+			for _, r := range e.upstream.Requests() {
+				if r.Kind != registry.KindBlob || r.Method != "GET" || r.Reference == large.Config.String() || r.Reference == small.Config.String() {
+					continue
+				}
+				order = append(order, r.Repo)
+				layers = append(layers, r)
+			}
+			want := []string{"order/large", "order/small", "order/large", "order/large"}
+			if !slices.Equal(order, want) {
+				t.Fatalf("layer downloads by repository %v, want %v: the small image's layer next after the one on the wire:%s", order, want, spansOf(layers))
+			}
+		})
+	}
+}
+
+// spansOf says when each of reqs was served, from the first's start.
+func spansOf(reqs []registry.Request) string {
+	var b strings.Builder
+	for _, r := range reqs {
+		fmt.Fprintf(&b, "\n\t%s %s: %d bytes, %v to %v", r.Repo, r.Reference, r.Bytes, r.Start.Sub(reqs[0].Start).Round(time.Millisecond), r.End.Sub(reqs[0].Start).Round(time.Millisecond))
+	}
+	return b.String()
+}
+
+// busyCPUs keeps every CPU of the machine busy twice over until the test
+// ends, so that tasks wait for a CPU (/proc/pressure/cpu).
+func busyCPUs(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var cmds []*exec.Cmd
+	t.Cleanup(func() {
+		cancel()
+		for _, c := range cmds {
+			_ = c.Wait()
+		}
 	})
-	go func() { _, err := e.images.PullImage(ctx, criImage(small.Ref), nil, nil); errs <- err }()
-	for range 2 {
-		if err := <-errs; err != nil {
+	for range 2 * runtime.NumCPU() {
+		c := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := e.upstream.WaitIdle(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	var order []string
-	for _, r := range e.upstream.Requests() {
-		if r.Kind != registry.KindBlob || r.Method != "GET" || r.Reference == large.Config.String() || r.Reference == small.Config.String() {
-			continue
-		}
-		order = append(order, r.Repo)
-	}
-	want := []string{"order/large", "order/small", "order/large", "order/large"}
-	if !slices.Equal(order, want) {
-		t.Fatalf("layer downloads by repository %v, want %v: the small image's layer next after the one on the wire", order, want)
+		cmds = append(cmds, c)
 	}
 }
 

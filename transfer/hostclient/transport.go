@@ -129,6 +129,15 @@ func (t *transport) turn(r request) (*place, func(health.Outcome, time.Duration)
 				return nil, nil, err
 			}
 			download = newPlace(release)
+			// Given back at once if the body would pause: a request is not
+			// sent to wait (lane.Link.Unasked).
+			if next := t.node.Link.Unasked(r.Context(), t.node.Downloads); next != nil && next.Behind() {
+				download.give()
+				if err := next.Wait(r.Context()); err != nil {
+					return nil, nil, err
+				}
+				continue
+			}
 		}
 		answered, wait, err := t.node.Health.Turn(r.host.key, asked)
 		if err != nil {

@@ -35,7 +35,9 @@
 //     node wait for a CPU (InFlight, Pressure). That last sees the work
 //     the lanes do not order (the runtime starting pods, a loopback
 //     registry), and no pause leaves a CPU idle: each needs the work
-//     ahead to fill the places, or the kernel to say someone waits.
+//     ahead to fill the places, or the kernel to say someone waits. A
+//     body that would give way is not asked for until it would not
+//     (Link.Unasked): the place it gives back is for the work ahead.
 //   - late: a pull past its due has waited as long as it takes. It is no
 //     longer passed over: it takes an extra place when one is left, and
 //     gives way to nobody. This bounds the tail: a pull waits for others

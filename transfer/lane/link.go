@@ -115,11 +115,34 @@ func (f *Flow) Behind() bool {
 	return l.inflight.Behind(f.ticket, mine)
 }
 
+// Unasked is a body of ctx's pull not asked for yet, holding one of
+// places once it is, to ask whether it would be Behind before its request
+// goes out (nil on a nil link). A request sent only for its body to pause
+// at the first Read takes a download place from the pull it gives way to,
+// and what its sender gets out before the pause takes the link from that
+// pull. With a pull ahead in flight on a busy CPU, each of a large pull's
+// waiting layers would be asked for in turn, each taking the place the
+// one before gave up, while the pull ahead was still asking for its
+// manifests. The body it stands for is not on the link: it holds no one
+// back.
+func (l *Link) Unasked(ctx context.Context, places *Lane) *Flow {
+	if l == nil {
+		return nil
+	}
+	return &Flow{link: l, places: places, ticket: TicketOf(ctx), opened: l.now()}
+}
+
 // Ask reports whether f is Behind, asking the link at most every poll and
 // answering false in between; only the body's reader calls it, before
 // every Read.
 func (f *Flow) Ask() bool {
 	return f.asked.due() && f.Behind()
+}
+
+// Wait waits while f is Behind.
+func (f *Flow) Wait(ctx context.Context) error {
+	_, err := waitWhile(ctx, f.Behind, nil)
+	return err
 }
 
 // Yield waits while f is Behind, at most for limit, and reports whether

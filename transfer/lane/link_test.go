@@ -147,3 +147,40 @@ func TestLinkYield(t *testing.T) {
 		t.Fatal("Yield did not end when the small pull's body did")
 	}
 }
+
+// TestLinkUnasked: a body not asked for yet is Behind as an open one
+// would be, and waits until the body ahead is in; on no link there is
+// nothing to ask.
+func TestLinkUnasked(t *testing.T) {
+	due := dueFrom(time.Now())
+	l := NewLink(time.Second)
+	big := l.Unasked(due(1700<<20), nil)
+	if big.Behind() {
+		t.Fatal("behind with nothing on the link")
+	}
+	small := l.Open(due(20<<20), nil)
+	small.Moved()
+	if !big.Behind() {
+		t.Fatal("an unasked body of the big pull is not behind the small pull's arriving body")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := big.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Wait: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- big.Wait(context.Background()) }()
+	small.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if big.Behind() {
+		t.Fatal("still behind once the small pull's body is in")
+	}
+
+	var none *Link
+	if none.Unasked(context.Background(), nil) != nil {
+		t.Fatal("a nil link gave a body to ask")
+	}
+}
