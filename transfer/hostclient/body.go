@@ -114,9 +114,10 @@ func (b *body) Close() error {
 // its pull's order. A body in its last round trip, its place given back
 // already, reads on. The pause is not the host stalling: no timer runs.
 //
-// A paused body still reads a little every trickleEvery: a sender, or a
-// proxy between, whose writes block for long takes the connection for
-// dead (nginx's send_timeout is 60 s).
+// A paused body still reads a little every trickleEvery, while it gives
+// way and while it waits for a place again: a sender, or a proxy between,
+// whose writes block for long takes the connection for dead (nginx's
+// send_timeout is 60 s).
 func (b *body) yield() error {
 	if b.flow == nil {
 		return nil
@@ -132,8 +133,16 @@ func (b *body) yield() error {
 	if err != nil || behind {
 		return err
 	}
-	release, err := b.places.Acquire(b.ctx)
+	// The places may all be held for as long as a large body takes: the
+	// wait for one is a pause too, and trickles like it. The body asks
+	// again with its due unchanged; only its turn among equal dues moves.
+	ctx, cancel := context.WithTimeout(b.ctx, trickleEvery)
+	release, err := b.places.Acquire(ctx)
+	cancel()
 	if err != nil {
+		if b.ctx.Err() == nil {
+			return nil
+		}
 		return err
 	}
 	b.download.retake(release)
@@ -141,11 +150,11 @@ func (b *body) yield() error {
 	return nil
 }
 
-// trickleEvery is how often a paused body reads, and trickle how much.
-const (
-	trickleEvery = 5 * time.Second
-	trickle      = 4 << 10
-)
+// trickleEvery is how often a paused body reads (a var for tests), and
+// trickle how much.
+var trickleEvery = 5 * time.Second
+
+const trickle = 4 << 10
 
 // maxManifest bounds the manifest bytes kept for the observer; containerd
 // itself refuses manifests over 4 MiB.

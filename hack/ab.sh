@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# A/B two Pullwise builds on a benchmark, as issue 39 asks before a
+# scheduling mechanism is kept: the builds alternate, one burst each, each
+# burst on a fresh disk (hack/benchdisk.sh) against stock in the same run,
+# and benchstat compares the arms metric by metric.
+#
+#   hack/ab.sh OLD NEW [BENCH [PKG]]
+#
+# OLD and NEW are each a directory of binaries (as `make build BIN=DIR`
+# fills it) or a git revision, built here in a worktree of its own. BENCH
+# is the -bench pattern (default CorpusUnseenCompressions), PKG the package
+# (default ./integration/; ./integration/kubelet/ for pod starts). RUNS
+# bursts per arm (default 5), OUT keeps the logs (default a new temporary
+# directory). PULLWISE_BENCH_* (LIMIT, PROFILES, ...) pass through.
+#
+# Why benchstat: a burst on a small node varies more than most mechanisms
+# change it (stock's own image times move 2-3x between runs), so two
+# arms' ranges overlap and a look at them says little. benchstat's
+# Mann-Whitney U test says for each metric whether the arms differ beyond
+# what these runs show of the noise ("~" where they do not); five runs
+# per arm is the fewest with which it can say they do at p < 0.05.
+set -euo pipefail
+if [ $# -lt 2 ]; then
+	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+	exit 2
+fi
+old=$1 new=$2 bench=${3:-CorpusUnseenCompressions} pkg=${4:-./integration/}
+runs=${RUNS:-5}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/pullwise-ab-XXXXXX")}
+mkdir -p "$out"
+# The version golang.org/x/perf was tried at; go run fetches it once.
+benchstat=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+# bins NAME SPEC prints the directory of SPEC's binaries, building a
+# revision in a worktree of its own. Stock containerd and kubelet come
+# from this checkout's bin/: they are the same in both arms.
+bins() {
+	local name=$1 spec=$2 dir
+	if [ -d "$spec" ]; then
+		dir=$(cd "$spec" && pwd)
+	else
+		dir=$out/bin-$name
+		local tree=$out/tree-$name
+		git worktree add -q --detach "$tree" "$spec"
+		make -s -C "$tree" build BIN="$dir" >&2
+		git worktree remove --force "$tree"
+	fi
+	for b in containerd-stock kubelet; do
+		if [ ! -e "$dir/$b" ] && [ -e bin/$b ]; then cp bin/$b "$dir/"; fi
+	done
+	if [ ! -e "$dir/containerd-stock" ]; then
+		echo "ab: $dir has no containerd-stock: run 'make containerd-stock' here first" >&2
+		exit 1
+	fi
+	echo "$dir"
+}
+oldbin=$(bins old "$old")
+newbin=$(bins new "$new")
+
+: >"$out/old.txt"
+: >"$out/new.txt"
+for i in $(seq 1 "$runs"); do
+	for arm in old new; do
+		bin=$oldbin
+		[ $arm = new ] && bin=$newbin
+		log=$out/$arm-$i.log
+		echo "ab: $arm, burst $i of $runs ($(date +%T))" >&2
+		hack/benchdisk.sh env PULLWISE_BIN="$bin" go test -count=1 -run '^$' -bench "$bench" -benchtime 1x -timeout 40m "$pkg" >"$log" 2>&1 || {
+			echo "ab: the $arm burst failed; its log is $log" >&2
+			exit 1
+		}
+		grep '^Benchmark' "$log" >>"$out/$arm.txt"
+	done
+done
+echo "ab: logs in $out" >&2
+go run "$benchstat" "$out/old.txt" "$out/new.txt" | tee "$out/benchstat.txt"
