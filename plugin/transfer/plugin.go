@@ -27,6 +27,7 @@ import (
 
 	"github.com/pullwise/pullwise/transfer"
 	"github.com/pullwise/pullwise/transfer/gunzip"
+	"github.com/pullwise/pullwise/transfer/commits"
 	"github.com/pullwise/pullwise/transfer/sourcelabel"
 
 	// Type registrations for transfer sources and destinations; without
@@ -72,14 +73,17 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			u := newUnpacking(c, db, ups, loadedSnapshotters(ic, db, c, ups))
+			// The pulls' metadata writes, in due order (transfer/commits).
+			turns := commits.New()
+			u := newUnpacking(c, db, turns, ups, loadedSnapshotters(ic, db, c, ups))
 			if err := prometheus.Register(u.costs); err != nil {
 				return nil, err
 			}
 			// Pulls' records get their source labels in the write that
 			// stores them, not in one more (sourcelabel.Store).
-			imgs := sourcelabel.Store{Store: metadata.NewImageStore(db)}
-			next := local.NewTransferService(db.ContentStore(), imgs, local.TransferConfig{
+			imgs := sourcelabel.Store{Store: commits.Images{Store: metadata.NewImageStore(db), Turns: turns}}
+			cs := commits.Content{Store: db.ContentStore(), Turns: turns}
+			next := local.NewTransferService(cs, imgs, local.TransferConfig{
 				Leases:                      l.(leases.Manager),
 				MaxConcurrentDownloads:      c.MaxConcurrentDownloads,
 				ConcurrentLayerFetchBuffer:  c.ConcurrentLayerFetchBuffer,
@@ -92,7 +96,7 @@ func init() {
 			})
 			ts, err := transfer.New(next, transfer.Local{
 				Images:      imgs,
-				Content:     db.ContentStore(),
+				Content:     cs,
 				Snapshotter: db.Snapshotter,
 			}, prometheus.DefaultRegisterer)
 			if err != nil {

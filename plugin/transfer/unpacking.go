@@ -10,6 +10,7 @@ import (
 
 	"github.com/pullwise/pullwise/transfer"
 	"github.com/pullwise/pullwise/transfer/applyopts"
+	"github.com/pullwise/pullwise/transfer/commits"
 	"github.com/pullwise/pullwise/transfer/gate"
 	"github.com/pullwise/pullwise/transfer/implied"
 	"github.com/pullwise/pullwise/transfer/lane"
@@ -44,7 +45,7 @@ type unpacking struct {
 // snapshotters, in that order. Layers are applied through the lane, oldest
 // pull first; containerd's unpack limiter is on only for parallel unpack,
 // and never binds.
-func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platform) *unpacking {
+func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, loaded []unpack.Platform) *unpacking {
 	u := &unpacking{
 		layersAtOnce: unpackLimit(c.MaxConcurrentUnpacks),
 		parallel:     parallelUnpack(c.MaxConcurrentUnpacks, configured),
@@ -69,6 +70,7 @@ func newUnpacking(c *config, db *metadata.DB, configured, loaded []unpack.Platfo
 	u.chains = lane.NewKeyedLock(unpacks)
 	dirs := implied.NewDirs()
 	for _, up := range append(configured, loaded...) {
+		up.Snapshotter = commits.Snapshotter{Snapshotter: up.Snapshotter, Turns: turns}
 		a := up.Applier
 		if u.parallel {
 			a = implied.Applier{Applier: a, Content: db.ContentStore(), Dirs: dirs}

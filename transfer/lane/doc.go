@@ -1,6 +1,7 @@
 // Package lane orders the work that a node's pulls share: the gate's pull
 // slots (transfer/gate), blob downloads and the link (Link, download
-// places), and layer unpacking and the CPUs (Applier, Pacer).
+// places), layer unpacking and the CPUs (Applier, Pacer), and the writes
+// to containerd's metadata database (transfer/commits, a Lane of one).
 //
 // containerd shares all of these by arrival, one layer at a time, so a
 // burst of pulls shares them evenly and every image is done at about the

@@ -1,0 +1,172 @@
+package commits
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/pullwise/pullwise/internal/await"
+	"github.com/pullwise/pullwise/transfer/lane"
+)
+
+// recordingImages is an image store that records the order of its
+// writes, and holds the write of the image named hold until released.
+type recordingImages struct {
+	images.Store
+	hold    string
+	held    chan struct{} // closed when the held write starts
+	release chan struct{}
+	mu      sync.Mutex
+	order   []string
+}
+
+func (s *recordingImages) Create(ctx context.Context, img images.Image) (images.Image, error) {
+	return s.Update(ctx, img)
+}
+
+func (s *recordingImages) Update(ctx context.Context, img images.Image, _ ...string) (images.Image, error) {
+	if s.hold != "" && img.Name == s.hold {
+		close(s.held)
+		<-s.release
+	}
+	s.mu.Lock()
+	s.order = append(s.order, img.Name)
+	s.mu.Unlock()
+	return img, nil
+}
+
+// pullCtx is the context of a pull asked for at asked that costs cost.
+func pullCtx(ctx context.Context, asked time.Time, cost time.Duration) context.Context {
+	t := lane.NewTicket(asked)
+	t.Need(cost)
+	return lane.WithTicket(ctx, t)
+}
+
+// TestWritesInDueOrder: writes waiting for their turn go in due order,
+// not in the order they came; a write of a cancelled pull still runs.
+func TestWritesInDueOrder(t *testing.T) {
+	now := time.Now()
+	store := &recordingImages{hold: "holder", held: make(chan struct{}), release: make(chan struct{})}
+	turns := New()
+	imgs := Images{Store: store, Turns: turns}
+
+	done := make(chan error, 4)
+	write := func(ctx context.Context, name string) {
+		go func() {
+			_, err := imgs.Update(ctx, images.Image{Name: name})
+			done <- err
+		}()
+	}
+	write(context.Background(), "holder")
+	<-store.held
+	cancelled, cancel := context.WithCancel(pullCtx(context.Background(), now, time.Hour))
+	cancel()
+	for i, w := range []struct {
+		ctx  context.Context
+		name string
+	}{
+		{pullCtx(context.Background(), now, time.Minute), "large"},
+		{cancelled, "cancelled"},
+		{pullCtx(context.Background(), now, time.Second), "small"},
+	} {
+		write(w.ctx, w.name)
+		await.Until(t, 10*time.Second, "the write to wait for its turn", func() bool { return turns.lane.Waiting() == i+1 })
+	}
+	close(store.release)
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"holder", "small", "large", "cancelled"}
+	if len(store.order) != len(want) {
+		t.Fatalf("writes %v, want %v", store.order, want)
+	}
+	for i := range want {
+		if store.order[i] != want[i] {
+			t.Fatalf("writes %v, want %v: in due order", store.order, want)
+		}
+	}
+}
+
+// fakeContent and fakeSnapshotter do each write at once; what is asked of
+// them is whether they wait for their turn.
+type fakeContent struct{ content.Store }
+
+func (fakeContent) Update(_ context.Context, info content.Info, _ ...string) (content.Info, error) {
+	return info, nil
+}
+func (fakeContent) Delete(context.Context, digest.Digest) error { return nil }
+func (fakeContent) Writer(context.Context, ...content.WriterOpt) (content.Writer, error) {
+	return fakeWriter{}, nil
+}
+
+type fakeWriter struct{ content.Writer }
+
+func (fakeWriter) Commit(context.Context, int64, digest.Digest, ...content.Opt) error { return nil }
+
+type fakeSnapshotter struct{ snapshots.Snapshotter }
+
+func (fakeSnapshotter) Prepare(context.Context, string, string, ...snapshots.Opt) ([]mount.Mount, error) {
+	return nil, nil
+}
+func (fakeSnapshotter) View(context.Context, string, string, ...snapshots.Opt) ([]mount.Mount, error) {
+	return nil, nil
+}
+func (fakeSnapshotter) Commit(context.Context, string, string, ...snapshots.Opt) error { return nil }
+func (fakeSnapshotter) Remove(context.Context, string) error                           { return nil }
+
+// TestEveryWriteTakesItsTurn: each write of the three stores waits while
+// another holds the turn, and runs once it is given back.
+func TestEveryWriteTakesItsTurn(t *testing.T) {
+	turns := New()
+	cs := Content{Store: fakeContent{}, Turns: turns}
+	sn := Snapshotter{Snapshotter: fakeSnapshotter{}, Turns: turns}
+	imgs := Images{Store: &recordingImages{}, Turns: turns}
+	ctx := context.Background()
+	w, err := cs.Writer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		write func() error
+	}{
+		{"content Update", func() error { _, err := cs.Update(ctx, content.Info{}); return err }},
+		{"content Delete", func() error { return cs.Delete(ctx, "") }},
+		{"content Writer", func() error { _, err := cs.Writer(ctx); return err }},
+		{"content Commit", func() error { return w.Commit(ctx, 0, "") }},
+		{"snapshot Prepare", func() error { _, err := sn.Prepare(ctx, "k", ""); return err }},
+		{"snapshot View", func() error { _, err := sn.View(ctx, "k", ""); return err }},
+		{"snapshot Commit", func() error { return sn.Commit(ctx, "n", "k") }},
+		{"snapshot Remove", func() error { return sn.Remove(ctx, "k") }},
+		{"image Create", func() error { _, err := imgs.Create(ctx, images.Image{}); return err }},
+		{"image Update", func() error { _, err := imgs.Update(ctx, images.Image{}); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release, err := turns.lane.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- tc.write() }()
+			await.Until(t, 10*time.Second, "the write to wait for its turn", func() bool { return turns.lane.Waiting() == 1 })
+			select {
+			case err := <-done:
+				t.Fatalf("the write ran while another held the turn: %v", err)
+			default:
+			}
+			release()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
