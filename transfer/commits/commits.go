@@ -5,15 +5,14 @@
 // a time, each ending with an fdatasync; a blob's commit also syncs the
 // blob's file inside its transaction. A pull makes about thirty: opening
 // and committing each blob, labelling it, preparing and committing each
-// layer's snapshot, storing the image. In a burst of small images those
-// transactions are what the pulls wait on most (40 images of 1-5 MiB
-// behind the WAN profile: a third of the burst's wall time is bolt's
-// fdatasync alone, with ten or more pulls waiting for the lock at any
-// time), and bolt's lock serves them in no order: the pull due first
-// waits behind every other pull's writes, thirty times over.
+// layer's snapshot, storing the image. In a burst of many small images,
+// or of images of many layers, those transactions are what the pulls
+// wait on most, and bolt's lock serves them in no order: the pull due
+// first waits behind every other pull's writes, thirty times over
+// (docs/pull-gate.md, "Metadata writes in due order", has the trace).
 //
-// The stores here take a place in one lane of one place before each write
-// and give it back after, so the writes of the pull due first go first.
+// The stores here take the one place of a lane before each write and
+// give it back after, so the writes of the pull due first go first.
 // Only the writes are ordered; reads (Info, Walk, Mounts, a View's own
 // reads) run beside them as bolt lets them. Writes that do not pass
 // through these stores (CRI's image records, leases, garbage collection)
