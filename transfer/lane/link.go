@@ -67,7 +67,7 @@ type Flow struct {
 // Open adds a body of the pull that ctx's ticket belongs to, holding one
 // of places.
 func (l *Link) Open(ctx context.Context, places *Lane) *Flow {
-	f := &Flow{link: l, places: places, ticket: TicketOf(ctx), opened: l.now()}
+	f := l.Unasked(ctx, places)
 	l.mu.Lock()
 	l.flows[f] = struct{}{}
 	l.mu.Unlock()
