@@ -35,6 +35,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullwise/pullwise/cri/criconfig"
+	"github.com/pullwise/pullwise/cri/pullsource"
 	"github.com/pullwise/pullwise/transfer/applyopts"
 	"github.com/pullwise/pullwise/transfer/sourcelabel"
 )
@@ -149,12 +150,14 @@ func (p *Puller) pull(ctx context.Context, r *runtime.PullImageRequest) (string,
 		return "", fmt.Errorf("get image config of %q: %w", ref, err)
 	}
 	imageID := configDesc.Digest.String()
-	repoDigest, repoTag := repoDigestAndTag(named, img.Target)
-	// The records made here carry the pull source the transfer service set
-	// on the tag's from their first write. Labelled afterwards, as
-	// cri/pullsource does records that already exist, each would cost one
-	// more synced write to the metadata database, which a burst of pulls
-	// waits on (docs/benchmarks.md).
+	repoDigest, repoTag := pullsource.RepoDigestAndTag(named, img.Target.Digest)
+	// The pull made these records with its own where it could
+	// (pullsource.WithNames, set by the pull-source interceptor around
+	// this one). Where it did not, the records made here carry the pull
+	// source the transfer service set on the tag's from their first
+	// write. Labelled afterwards, as cri/pullsource does records that
+	// already exist, each would cost one more synced write to the metadata
+	// database, which a burst of pulls waits on (docs/benchmarks.md).
 	labels = maps.Clone(labels)
 	for k, v := range sourcelabel.Of(img.Labels) {
 		if v != "" {
@@ -270,11 +273,15 @@ func (p *Puller) applyOpts() []diff.ApplyOpt {
 // labels set by field path so other labels (the pull source) stay.
 func (p *Puller) createOrUpdate(ctx context.Context, name string, target ocispec.Descriptor, labels map[string]string) error {
 	img := images.Image{Name: name, Target: target, Labels: labels}
-	_, err := p.deps.Images.Create(ctx, img)
-	if err == nil || !errdefs.IsAlreadyExists(err) {
-		return err
-	}
+	// Looked up first: the pull has usually made the record, and a create
+	// that fails waits for the database's one writer all the same.
 	old, err := p.deps.Images.Get(ctx, name)
+	if errdefs.IsNotFound(err) {
+		if _, err = p.deps.Images.Create(ctx, img); err == nil || !errdefs.IsAlreadyExists(err) {
+			return err
+		}
+		old, err = p.deps.Images.Get(ctx, name)
+	}
 	if err != nil {
 		return err
 	}
@@ -290,15 +297,4 @@ func (p *Puller) createOrUpdate(ctx context.Context, name string, target ocispec
 	}
 	_, err = p.deps.Images.Update(ctx, img, paths...)
 	return err
-}
-
-// repoDigestAndTag are the names CRI gives a pulled image besides its ID.
-func repoDigestAndTag(named reference.Named, target ocispec.Descriptor) (repoDigest, repoTag string) {
-	if _, ok := named.(reference.NamedTagged); ok {
-		repoTag = named.String()
-	}
-	if _, ok := named.(reference.Canonical); ok {
-		return named.String(), repoTag
-	}
-	return named.Name() + "@" + target.Digest.String(), repoTag
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/containerd/platforms"
-	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sirupsen/logrus"
@@ -34,62 +33,6 @@ import (
 	"github.com/pullwise/pullwise/internal/metadatatest"
 	"github.com/pullwise/pullwise/transfer/sourcelabel"
 )
-
-// TestRepoDigestAndTag: the names CRI gives a pulled image besides its ID
-// (ImageStatus's repoTags and repoDigests), as upstream's
-// GetRepoDigestAndTag makes them from the normalized reference and the
-// pulled target. v2.4.2 looks only at the digest: whatever the target's
-// media type (containerd 1.x gave schema1 images no repo digest), the
-// names are the same.
-func TestRepoDigestAndTag(t *testing.T) {
-	target := digest.FromString("manifest")
-	pinned := digest.FromString("pinned")
-	mediaTypes := []string{
-		ocispec.MediaTypeImageManifest,
-		ocispec.MediaTypeImageIndex,
-		images.MediaTypeDockerSchema2Manifest,
-		images.MediaTypeDockerSchema2ManifestList,
-		images.MediaTypeDockerSchema1Manifest,
-	}
-	for _, tc := range []struct {
-		name       string
-		ref        string
-		wantDigest string
-		wantTag    string
-	}{
-		{name: "docker.io short name gets library/ and latest", ref: "busybox",
-			wantDigest: "docker.io/library/busybox@" + target.String(), wantTag: "docker.io/library/busybox:latest"},
-		{name: "docker.io short name with a tag", ref: "busybox:1.36",
-			wantDigest: "docker.io/library/busybox@" + target.String(), wantTag: "docker.io/library/busybox:1.36"},
-		{name: "docker.io user repository", ref: "alice/app:v2",
-			wantDigest: "docker.io/alice/app@" + target.String(), wantTag: "docker.io/alice/app:v2"},
-		{name: "docker.io short name by digest", ref: "busybox@" + pinned.String(),
-			wantDigest: "docker.io/library/busybox@" + pinned.String()},
-		{name: "registry with a port, tagged", ref: "registry.example:5000/team/app:v1",
-			wantDigest: "registry.example:5000/team/app@" + target.String(), wantTag: "registry.example:5000/team/app:v1"},
-		// By digest, the repo digest is the one asked for, not the
-		// target's, and there is no repo tag.
-		{name: "by digest", ref: "registry.example/app@" + pinned.String(),
-			wantDigest: "registry.example/app@" + pinned.String()},
-		// A tag and a digest: the digest wins, and the tag is dropped
-		// when the reference is parsed, as in CRI: no repo tag.
-		{name: "tag and digest", ref: "registry.example/app:v1@" + pinned.String(),
-			wantDigest: "registry.example/app@" + pinned.String()},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			named, err := reference.ParseDockerRef(tc.ref)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, mt := range mediaTypes {
-				d, tag := repoDigestAndTag(named, ocispec.Descriptor{MediaType: mt, Digest: target, Size: 10})
-				if d != tc.wantDigest || tag != tc.wantTag {
-					t.Errorf("repoDigestAndTag(%s) of a %s = %q, %q; want %q, %q", tc.ref, mt, d, tag, tc.wantDigest, tc.wantTag)
-				}
-			}
-		})
-	}
-}
 
 // TestLabels: every image CRI pulls is managed; pinned only when
 // pinned_images names it exactly (under any key), as upstream compares:
@@ -213,6 +156,9 @@ func TestCreateOrUpdate(t *testing.T) {
 type racingStore struct {
 	images.Store
 	removeAfter string
+	// appears: another writer makes the record just after a Get finds
+	// none.
+	appears *images.Image
 }
 
 func (s racingStore) Create(ctx context.Context, img images.Image) (images.Image, error) {
@@ -223,6 +169,9 @@ func (s racingStore) Create(ctx context.Context, img images.Image) (images.Image
 
 func (s racingStore) Get(ctx context.Context, name string) (images.Image, error) {
 	got, err := s.Store.Get(ctx, name)
+	if errdefs.IsNotFound(err) && s.appears != nil {
+		_, _ = s.Store.Create(ctx, *s.appears)
+	}
 	s.remove(ctx, "get", name)
 	return got, err
 }
@@ -243,13 +192,14 @@ func TestCreateOrUpdateErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		existing    bool
+		appears     bool
 		removeAfter string
 		target      ocispec.Descriptor
 		wantIs      error
 	}{
 		{name: "a target without a media type", target: ocispec.Descriptor{Digest: target.Digest, Size: 10}, wantIs: errdefs.ErrInvalidArgument},
 		{name: "a target without a digest", existing: true, target: ocispec.Descriptor{MediaType: target.MediaType, Size: 10}, wantIs: errdefs.ErrInvalidArgument},
-		{name: "removed between create and get", existing: true, removeAfter: "create", target: target, wantIs: errdefs.ErrNotFound},
+		{name: "made and removed by others between get and create", appears: true, removeAfter: "create", target: target, wantIs: errdefs.ErrNotFound},
 		{name: "removed between get and update", existing: true, removeAfter: "get", target: target, wantIs: errdefs.ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -260,7 +210,11 @@ func TestCreateOrUpdateErrors(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			p := &Puller{deps: Deps{Images: racingStore{Store: store, removeAfter: tc.removeAfter}}}
+			racing := racingStore{Store: store, removeAfter: tc.removeAfter}
+			if tc.appears {
+				racing.appears = &images.Image{Name: name, Target: target}
+			}
+			p := &Puller{deps: Deps{Images: racing}}
 			err := p.createOrUpdate(ctx, name, tc.target, managed)
 			if !errors.Is(err, tc.wantIs) {
 				t.Fatalf("createOrUpdate: %v, want %v", err, tc.wantIs)

@@ -8,16 +8,21 @@ package pullsource
 import (
 	"context"
 	"errors"
+	"fmt"
 
+	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/containerd/platforms"
 	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
 	"google.golang.org/grpc"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullwise/pullwise/cri/criconfig"
+	"github.com/pullwise/pullwise/transfer/aliases"
 	"github.com/pullwise/pullwise/transfer/sourcelabel"
 )
 
@@ -40,11 +45,49 @@ const (
 
 // Sources reads and writes pull-source labels in CRI's image store.
 type Sources struct {
-	images images.Store
+	images  images.Store
+	content content.Provider
 }
 
-// New returns Sources over the metadata image store.
-func New(store images.Store) *Sources { return &Sources{images: store} }
+// New returns Sources over the metadata image and content stores.
+func New(store images.Store, cs content.Provider) *Sources {
+	return &Sources{images: store, content: cs}
+}
+
+// WithNames has the pull of ref under ctx store, with the image's record,
+// the records CRI makes for it after the pull, labelled as that record is
+// (transfer/aliases): CRI and LabelNames then find them made and write
+// nothing.
+func (s *Sources) WithNames(ctx context.Context, ref string) context.Context {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil || s.content == nil {
+		return ctx
+	}
+	return aliases.With(ctx, func(ctx context.Context, img images.Image) ([]string, error) {
+		if img.Name != named.String() {
+			return nil, nil
+		}
+		// As CRI finds the ID: its client's default platform.
+		config, err := images.Config(ctx, s.content, img.Target, platforms.Default())
+		if err != nil {
+			return nil, fmt.Errorf("config of %s: %w", img.Name, err)
+		}
+		repoDigest, _ := RepoDigestAndTag(named, img.Target.Digest)
+		return []string{config.Digest.String(), repoDigest}, nil
+	})
+}
+
+// RepoDigestAndTag are the names CRI gives a pulled image besides its ID,
+// as its images service derives them.
+func RepoDigestAndTag(named reference.Named, target digest.Digest) (repoDigest, repoTag string) {
+	if _, ok := named.(reference.NamedTagged); ok {
+		repoTag = named.String()
+	}
+	if _, ok := named.(reference.Canonical); ok {
+		return named.String(), repoTag
+	}
+	return named.Name() + "@" + target.String(), repoTag
+}
 
 // Of returns an image's pull source and blob sources, from the first of
 // its records (tags, then digests, then ID) that has one. Images that were
@@ -91,6 +134,10 @@ func (s *Sources) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		case methodCreateContainer:
 			if r, ok := req.(*runtime.CreateContainerRequest); ok {
 				s.stampContainer(ctx, r)
+			}
+		case methodPullImage:
+			if r, ok := req.(*runtime.PullImageRequest); ok {
+				ctx = s.WithNames(ctx, r.GetImage().GetImage())
 			}
 		}
 		resp, err := handler(ctx, req)
@@ -165,7 +212,8 @@ func (s *Sources) labelImage(ctx context.Context, ref, imageID string, want func
 		return
 	}
 	labels := want(pulled)
-	names := []string{named.String(), reference.TrimNamed(named).String() + "@" + pulled.Target.Digest.String()}
+	repoDigest, _ := RepoDigestAndTag(named, pulled.Target.Digest)
+	names := []string{named.String(), repoDigest}
 	if imageID != "" {
 		names = append(names, imageID)
 	}

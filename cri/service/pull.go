@@ -41,6 +41,7 @@ func (s *Service) PullImage(ctx context.Context, req *api.PullImageRequest) (*ap
 		// CRI is called in process, past the interceptors a CRI client's
 		// pull goes through: do what they would.
 		ctx = pullctx.WithPod(criContext(ctx), r.GetSandboxConfig().GetMetadata())
+		ctx = s.rt.Sources.WithNames(ctx, r.GetImage().GetImage())
 		pull := c.PullImage
 		if s.rt.CRIPull != nil {
 			if p := s.rt.CRIPull(); p != nil {

@@ -101,7 +101,7 @@ func newFuzzService(f *testing.F) (*grpc.ClientConn, *atomic.Int64) {
 		return h(ctx, req)
 	}
 	store := emptyStore{}
-	sources := pullsource.New(store)
+	sources := pullsource.New(store, nil)
 	decider := policy.New(policy.Deps{
 		Local: policy.CRILocal(func() (policy.ImageStatuser, error) { return emptyCRI{}, nil }, store),
 		Resolve: func(context.Context, string, *runtime.AuthConfig) (digest.Digest, string, time.Duration, error) {

@@ -46,7 +46,8 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return pullsource.New(metadata.NewImageStore(m.(*metadata.DB))), nil
+			db := m.(*metadata.DB)
+			return pullsource.New(metadata.NewImageStore(db), db.ContentStore()), nil
 		},
 	})
 
@@ -67,7 +68,7 @@ func init() {
 			store := metadata.NewImageStore(db)
 			nodeWide := c.AlwaysPullPolicy == PolicyIfNewerNotPresent
 			log.G(ic.Context).WithField("always_pull_policy", c.AlwaysPullPolicy).Info("CRI pull policy")
-			return policy.NewInterceptor(newDecider(ic.Plugins(), ts, store, pullsource.New(store)), nodeWide), nil
+			return policy.NewInterceptor(newDecider(ic.Plugins(), ts, store, pullsource.New(store, db.ContentStore())), nodeWide), nil
 		},
 	})
 

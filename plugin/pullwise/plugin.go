@@ -101,7 +101,7 @@ func init() {
 				"queue_bypass":             pinned,
 			}).Info("pull gate configured")
 			store := metadata.NewImageStore(m.(*metadata.DB))
-			sources := pullsource.New(store)
+			sources := pullsource.New(store, m.(*metadata.DB).ContentStore())
 			srv, err := progress.Listen(ts.Hub(), progress.Options{
 				Address:        c.ProgressAddress,
 				Port:           c.ProgressPort,

@@ -26,6 +26,7 @@ import (
 	"github.com/containerd/containerd/v2/plugins"
 
 	"github.com/pullwise/pullwise/transfer"
+	"github.com/pullwise/pullwise/transfer/aliases"
 	"github.com/pullwise/pullwise/transfer/commits"
 	"github.com/pullwise/pullwise/transfer/gunzip"
 	"github.com/pullwise/pullwise/transfer/sourcelabel"
@@ -80,8 +81,11 @@ func init() {
 				return nil, err
 			}
 			// Pulls' records get their source labels in the write that
-			// stores them, not in one more (sourcelabel.Store).
-			imgs := sourcelabel.Store{Store: commits.Images{Store: metadata.NewImageStore(db), Turns: turns}}
+			// stores them, not in one more (sourcelabel.Store), and the
+			// records CRI makes after its pulls in that write too
+			// (transfer/aliases).
+			stored := aliases.Store{Store: metadata.NewImageStore(db), DB: db}
+			imgs := sourcelabel.Store{Store: commits.Images{Store: stored, Turns: turns}}
 			cs := commits.Content{Store: db.ContentStore(), Turns: turns}
 			next := local.NewTransferService(cs, imgs, local.TransferConfig{
 				Leases:                      l.(leases.Manager),
