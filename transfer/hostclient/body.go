@@ -129,6 +129,9 @@ func (b *body) yield() error {
 		b.download.give()
 		b.paused = true
 	}
+	// One deadline for both waits below, so that the trickle comes every
+	// trickleEvery however the pause is spent between them.
+	deadline := time.Now().Add(trickleEvery)
 	behind, err := b.flow.Yield(b.ctx, trickleEvery)
 	if err != nil || behind {
 		return err
@@ -136,7 +139,7 @@ func (b *body) yield() error {
 	// The places may all be held for as long as a large body takes: the
 	// wait for one is a pause too, and trickles like it. The body asks
 	// again with its due unchanged; only its turn among equal dues moves.
-	ctx, cancel := context.WithTimeout(b.ctx, trickleEvery)
+	ctx, cancel := context.WithDeadline(b.ctx, deadline)
 	release, err := b.places.Acquire(ctx)
 	cancel()
 	if err != nil {
