@@ -151,9 +151,10 @@ func (p *Puller) pull(ctx context.Context, r *runtime.PullImageRequest) (string,
 	}
 	imageID := configDesc.Digest.String()
 	repoDigest, repoTag := pullsource.RepoDigestAndTag(named, img.Target.Digest)
-	// The pull made these records with its own where it could
+	// A PullImage's pull made these records with its own
 	// (pullsource.WithNames, set by the pull-source interceptor around
-	// this one). Where it did not, the records made here carry the pull
+	// this one); the sandbox image's, pulled past the interceptors, did
+	// not. Where it did not, the records made here carry the pull
 	// source the transfer service set on the tag's from their first
 	// write. Labelled afterwards, as cri/pullsource does records that
 	// already exist, each would cost one more synced write to the metadata

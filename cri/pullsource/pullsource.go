@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
@@ -63,9 +64,22 @@ func (s *Sources) WithNames(ctx context.Context, ref string) context.Context {
 	if err != nil || s.content == nil {
 		return ctx
 	}
+	// The store asks once for a create and again for the update that
+	// follows when the record exists (a re-pull), inside the node's one
+	// write turn: the index and manifest are read once per target.
+	var (
+		mu     sync.Mutex
+		target digest.Digest
+		names  []string
+	)
 	return aliases.With(ctx, func(ctx context.Context, img images.Image) ([]string, error) {
 		if img.Name != named.String() {
 			return nil, nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if target == img.Target.Digest {
+			return names, nil
 		}
 		// As CRI finds the ID: its client's default platform.
 		config, err := images.Config(ctx, s.content, img.Target, platforms.Default())
@@ -73,7 +87,8 @@ func (s *Sources) WithNames(ctx context.Context, ref string) context.Context {
 			return nil, fmt.Errorf("config of %s: %w", img.Name, err)
 		}
 		repoDigest, _ := RepoDigestAndTag(named, img.Target.Digest)
-		return []string{config.Digest.String(), repoDigest}, nil
+		target, names = img.Target.Digest, []string{config.Digest.String(), repoDigest}
+		return names, nil
 	})
 }
 

@@ -15,6 +15,7 @@ package aliases
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 
 	eventstypes "github.com/containerd/containerd/api/events"
@@ -90,9 +91,8 @@ func (s Store) write(ctx context.Context, img images.Image, topic string, write 
 		if stored, err = write(tctx); err != nil {
 			return err
 		}
-		created = created[:0]
 		for _, n := range names {
-			rec, err := s.Store.Create(tctx, images.Image{Name: n, Target: stored.Target, Labels: stored.Labels})
+			rec, err := s.Store.Create(tctx, images.Image{Name: n, Target: stored.Target, Labels: maps.Clone(stored.Labels)})
 			if errdefs.IsAlreadyExists(err) {
 				continue
 			}

@@ -15,8 +15,9 @@
 // give it back after, so the writes of the pull due first go first.
 // Only the writes are ordered; reads (Info, Walk, Mounts, a View's own
 // reads) run beside them as bolt lets them. Writes that do not pass
-// through these stores (CRI's image records, leases, garbage collection)
-// still take bolt's lock as they come, between the ordered ones.
+// through these stores (CRI's image records that a pull did not make
+// with its own, CRI's create attempts, leases, garbage collection) still
+// take bolt's lock as they come, between the ordered ones.
 package commits
 
 import (
