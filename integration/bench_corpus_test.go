@@ -122,6 +122,9 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 	for _, profile := range benchProfiles() {
 		b.Run(profile, func(b *testing.B) {
 			c := newContenders(b, gateConfig(benchLimit, "0s"))
+			if noiseWanted() {
+				c = c.withNoise()
+			}
 			host := c.pullwise.upstream.Host()
 			if profile == "wan" {
 				host = c.pullwise.upstream.ServeWAN(b, registry.DefaultWAN)
@@ -208,6 +211,9 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					b.ReportMetric(d[who].Seconds()/n/bound.Seconds(), who+"-"+what+"-vs-bound")
 				}
 				b.ReportMetric(float64(d["pullwise"])/float64(d["stock"]), what+"-ratio")
+				if c.again != nil {
+					b.ReportMetric(float64(d["again"])/float64(d["stock"]), what+"-noise-ratio")
+				}
 				b.ReportMetric(bound.Seconds(), what+"-bound-s")
 			}
 			// The first completion's bound is the smallest image's alone.
@@ -219,7 +225,8 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 				report("small-median", smallMed, bounds.median(all[1:]))
 				report("big", big, bounds.of(all[:1]))
 			}
-			for _, who := range []string{"stock", "pullwise"} {
+			names, _ := c.all()
+			for _, who := range names {
 				b.ReportMetric(daemonCPU[who].Seconds()/n, who+"-daemon-cpu-s")
 				b.ReportMetric(float64(peak[who])/(1<<20), who+"-peak-rss-MiB")
 			}

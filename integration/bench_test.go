@@ -32,6 +32,31 @@ var profileFor = time.Duration(envInt("PULLWISE_BENCH_PROFILE_SECONDS", 2)) * ti
 
 type contenders struct {
 	stock, pullwise *env
+	// again is a second stock daemon, started by withNoise: stock's time
+	// over its own in the same run is how far a ratio to stock moves with
+	// nothing changed, the noise a Pullwise/stock ratio is judged against.
+	again *env
+}
+
+// noiseWanted says whether PULLWISE_BENCH_NOISE asks for the second stock
+// daemon. It is off by default as it makes each burst half as long again.
+func noiseWanted() bool { return os.Getenv("PULLWISE_BENCH_NOISE") != "" }
+
+// withNoise starts c's second stock daemon, on the same registries and
+// hosts.toml, configured as newContenders configures c.stock.
+func (c contenders) withNoise() contenders {
+	c.again = c.pullwise.sibling(daemon.Options{Binary: daemon.Bin("containerd-stock"), LogLevel: "info",
+		Transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER")})
+	return c
+}
+
+// all are c's daemons by name, in the order a first burst runs them.
+func (c contenders) all() (names []string, envs map[string]*env) {
+	names, envs = []string{"stock", "pullwise"}, map[string]*env{"stock": c.stock, "pullwise": c.pullwise}
+	if c.again != nil {
+		names, envs["again"] = append(names, "again"), c.again
+	}
+	return names, envs
 }
 
 func newContenders(b *testing.B, pullwiseConfig string) contenders {
@@ -64,8 +89,12 @@ func (c contenders) pinSandbox(b *testing.B, ref, pullwiseConfig string) {
 	pinned := fmt.Sprintf("  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", ref)
 	c.pullwise.restartWith(b, envOptions{extraConfig: pullwiseConfig + "  protect_pinned_images = false\n", criImages: pinned,
 		transfer: os.Getenv("PULLWISE_BENCH_TRANSFER"), logLevel: "info"})
-	c.stock.restartWith(b, envOptions{criImages: pinned, transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER"), logLevel: "info",
-		binary: daemon.Bin("containerd-stock")})
+	for _, e := range []*env{c.stock, c.again} {
+		if e != nil {
+			e.restartWith(b, envOptions{criImages: pinned, transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER"), logLevel: "info",
+				binary: daemon.Bin("containerd-stock")})
+		}
+	}
 }
 
 // pullAll pulls refs concurrently through CRI and returns each pull's
@@ -118,7 +147,8 @@ func ownCPU(b *testing.B) time.Duration {
 // that grows with each burst's place in the run and that neither daemon
 // controls.
 func (c contenders) evict(b *testing.B) {
-	for _, e := range []*env{c.stock, c.pullwise} {
+	_, envs := c.all()
+	for _, e := range envs {
 		err := filepath.WalkDir(e.d.Root, func(path string, d fs.DirEntry, err error) error {
 			// containerd's GC may remove a file the walk has listed
 			// (discarded layers, for one): it needs no evicting.
@@ -164,19 +194,13 @@ func profileBurst(b *testing.B, e *env, name, profile string, i int) (wait func(
 	return profiled.Wait
 }
 
-// each runs fn for both contenders, alternating which goes first so
-// neither always meets a cold registry.
+// each runs fn for every contender, rotating which goes first so none
+// always meets a cold registry.
 func (c contenders) each(i int, fn func(name string, e *env)) {
-	order := []string{"stock", "pullwise"}
-	if i%2 == 1 {
-		order = []string{"pullwise", "stock"}
-	}
-	for _, name := range order {
-		e := c.stock
-		if name == "pullwise" {
-			e = c.pullwise
-		}
-		fn(name, e)
+	names, envs := c.all()
+	for j := range names {
+		name := names[(i+j)%len(names)]
+		fn(name, envs[name])
 	}
 }
 
