@@ -36,18 +36,25 @@ type contenders struct {
 	// over its own in the same run is how far a ratio to stock moves with
 	// nothing changed, the noise a Pullwise/stock ratio is judged against.
 	again *env
+	// criImages is the CRI image plugin TOML every daemon started with.
+	criImages string
 }
 
 // noiseWanted says whether PULLWISE_BENCH_NOISE asks for the second stock
 // daemon. It is off by default as it makes each burst half as long again.
 func noiseWanted() bool { return os.Getenv("PULLWISE_BENCH_NOISE") != "" }
 
-// withNoise starts c's second stock daemon, on the same registries and
-// hosts.toml, configured as newContenders configures c.stock.
+// withNoise starts c's second stock daemon, configured as c.stock.
 func (c contenders) withNoise() contenders {
-	c.again = c.pullwise.sibling(daemon.Options{Binary: daemon.Bin("containerd-stock"), LogLevel: "info",
-		Transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER")})
+	c.again = stockBeside(c.pullwise, c.criImages)
 	return c
+}
+
+// stockBeside starts stock containerd on pw's registries and hosts.toml,
+// with criImages for CRI's image plugin.
+func stockBeside(pw *env, criImages string) *env {
+	return pw.sibling(daemon.Options{Binary: daemon.Bin("containerd-stock"), LogLevel: "info", CRIImages: criImages,
+		Transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER")})
 }
 
 // all are c's daemons by name, in the order a first burst runs them.
@@ -76,8 +83,7 @@ func newContendersWith(b *testing.B, pullwiseConfig, criImages string) contender
 	// same for stock: to measure a setting against stock at its defaults,
 	// or both with it.
 	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig, criImages: criImages, transfer: os.Getenv("PULLWISE_BENCH_TRANSFER"), logLevel: "info"})
-	stock := pw.sibling(daemon.Options{Binary: stockBin, LogLevel: "info", CRIImages: criImages, Transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER")})
-	return contenders{stock: stock, pullwise: pw}
+	return contenders{stock: stockBeside(pw, criImages), pullwise: pw, criImages: criImages}
 }
 
 // pinSandbox restarts both daemons with ref as CRI's sandbox image
