@@ -200,25 +200,13 @@ func profileBurst(b *testing.B, e *env, name, profile string, i int) (wait func(
 	return profiled.Wait
 }
 
-// each runs fn for every contender, in an order that changes with i so
-// none always meets a cold registry: two alternate; three go through the
-// six orders, so that over six bursts each runs before each other as
-// often as after (a rotation alone would put one pair 2:1).
+// each runs fn for every contender, in the order daemon.Order gives the
+// i-th burst.
 func (c contenders) each(i int, fn func(name string, e *env)) {
 	names, envs := c.all()
-	if len(names) == 3 {
-		names = orders3[i%len(orders3)]
-	} else if i%2 == 1 {
-		slices.Reverse(names)
-	}
-	for _, name := range names {
+	for _, name := range daemon.Order(i, names...) {
 		fn(name, envs[name])
 	}
-}
-
-var orders3 = [][]string{
-	{"stock", "pullwise", "again"}, {"pullwise", "again", "stock"}, {"again", "stock", "pullwise"},
-	{"again", "pullwise", "stock"}, {"pullwise", "stock", "again"}, {"stock", "again", "pullwise"},
 }
 
 // BenchmarkDifferentImages: 20 concurrent pulls of 20 different images of

@@ -81,24 +81,32 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 		name string
 		wan  *registry.WAN
 	}{{"loopback", nil}, {"wan", &registry.DefaultWAN}}
-	for i, prof := range profiles {
+	for _, prof := range profiles {
 		if p := os.Getenv("PULLWISE_BENCH_PROFILES"); p != "" && !slices.Contains(strings.Split(p, ","), prof.name) {
 			continue
 		}
 		b.Run(prof.name, func(b *testing.B) {
 			// PULLWISE_BENCH_TRANSFER is TOML for Pullwise's transfer
 			// plugin, as in ./integration's benchmarks.
-			contenders := []struct{ name, binary, config, transfer string }{
-				{"stock", stockBin, "", ""},
-				{"pullwise", "", fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit), os.Getenv("PULLWISE_BENCH_TRANSFER")},
+			type contender struct{ binary, config, transfer string }
+			contenders := map[string]contender{
+				"stock":    {stockBin, "", ""},
+				"pullwise": {"", fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit), os.Getenv("PULLWISE_BENCH_TRANSFER")},
 			}
-			if i%2 == 1 {
-				slices.Reverse(contenders)
+			names := []string{"stock", "pullwise"}
+			// PULLWISE_BENCH_NOISE: a second stock node, whose ratio to
+			// the first is how far stock moves against itself in a run.
+			if os.Getenv("PULLWISE_BENCH_NOISE") != "" {
+				contenders["again"] = contenders["stock"]
+				names = append(names, "again")
 			}
 			runs := map[string]*corpusRun{}
-			for _, c := range contenders {
+			order := daemon.Order(kubeletBursts, names...)
+			kubeletBursts++
+			for ci, name := range order {
+				c := contenders[name]
 				run := &corpusRun{}
-				runs[c.name] = run
+				runs[name] = run
 				start := func(b *testing.B, prePull bool) []time.Duration {
 					n := newNode(b, nodeOptions{
 						binary: c.binary, pullwise: c.config, transfer: c.transfer, wan: prof.wan,
@@ -128,29 +136,29 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
 						// Where each pull's time went (Pullwise logs it), to
 						// stderr: a benchmark's log is cut after ten lines.
-						printTimelines(prof.name+" "+c.name, prePull, n.d.Log())
+						printTimelines(prof.name+" "+name, prePull, n.d.Log())
 					}
 					return starts
 				}
 				// Each on its own node, torn down at the end of its
 				// sub-benchmark, as only one kubelet runs at a time.
-				b.Run(c.name+"/floor", func(b *testing.B) {
+				b.Run(name+"/floor", func(b *testing.B) {
 					for b.Loop() {
 						run.floor = start(b, true)
 					}
 				})
-				b.Run(c.name+"/cold", func(b *testing.B) {
+				b.Run(name+"/cold", func(b *testing.B) {
 					for b.Loop() {
 						run.cold = start(b, false)
 					}
-					logCorpusRun(b, prof.name+" "+c.name, run, bigFirst)
+					logCorpusRun(b, prof.name+" "+name, run, bigFirst)
 					for _, img := range imgs {
 						b.Logf("%s: %s", img.Name, img)
 					}
-					// The second runtime's reports the ratios, as only a
+					// The last runtime's reports the ratios, as only a
 					// benchmark without sub-benchmarks prints metrics.
-					if s, p := runs["stock"], runs["pullwise"]; s != nil && p != nil && s.cold != nil && p.cold != nil {
-						reportCorpusRatios(b, s, p, bigFirst)
+					if ci == len(order)-1 {
+						reportCorpusRatios(b, runs, bigFirst)
 					}
 				})
 			}
@@ -210,10 +218,22 @@ func logCorpusRun(b *testing.B, who string, run *corpusRun, bigFirst bool) {
 	}
 }
 
-// reportCorpusRatios reports Pullwise's figures over stock's (s, p).
-func reportCorpusRatios(b *testing.B, s, p *corpusRun, bigFirst bool) {
+// kubeletBursts counts the corpus runs of this process, so that with
+// -count the runtimes take turns going first (daemon.Order).
+var kubeletBursts int
+
+// reportCorpusRatios reports Pullwise's figures over stock's, and with a
+// second stock ("again") its figures over the first's as <what>-noise.
+func reportCorpusRatios(b *testing.B, runs map[string]*corpusRun, bigFirst bool) {
+	s, p, again := runs["stock"], runs["pullwise"], runs["again"]
+	if s.cold == nil || p.cold == nil || (again != nil && again.cold == nil) {
+		return
+	}
 	ratio := func(what string, f func(podStarts) time.Duration, of func(*corpusRun) podStarts) {
 		b.ReportMetric(float64(f(of(p)))/float64(f(of(s))), what)
+		if again != nil {
+			b.ReportMetric(float64(f(of(again)))/float64(f(of(s))), strings.TrimSuffix(what, "-ratio")+"-noise-ratio")
+		}
 	}
 	cold := func(r *corpusRun) podStarts { return sorted(r.cold) }
 	floor := func(r *corpusRun) podStarts { return sorted(r.floor) }
@@ -224,7 +244,7 @@ func reportCorpusRatios(b *testing.B, s, p *corpusRun, bigFirst bool) {
 	ratio("delay-median-ratio", podStarts.median, (*corpusRun).delay)
 	ratio("delay-last-ratio", podStarts.last, (*corpusRun).delay)
 	ratio("floor-median-ratio", podStarts.median, floor)
-	for who, r := range map[string]*corpusRun{"stock": s, "pullwise": p} {
+	for who, r := range runs {
 		b.ReportMetric(sorted(r.cold).median().Seconds(), who+"-median-s")
 		b.ReportMetric(sorted(r.floor).median().Seconds(), who+"-floor-median-s")
 		b.ReportMetric(r.delay().median().Seconds(), who+"-delay-median-s")
