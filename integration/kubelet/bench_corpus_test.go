@@ -2,9 +2,11 @@ package kubelet
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -59,6 +61,12 @@ func (r corpusRun) delay() podStarts {
 }
 
 func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus.Image) {
+	// go test repeats each leaf benchmark -count times in a row: here
+	// each runtime's floor, then its cold run, so that the ratios would
+	// pair the last run of each, not runs side by side.
+	if n := flag.Lookup("test.count").Value.String(); n != "1" {
+		b.Fatalf("-count %s: the kubelet corpus runs one set per process; run the process again for another (PULLWISE_BENCH_BURST=2, 4, ... to go on through the orders)", n)
+	}
 	stockBin := daemon.Bin("containerd-stock")
 	if _, err := os.Stat(stockBin); err != nil {
 		b.Fatalf("stock containerd missing (make bench builds it): %v", err)
@@ -218,9 +226,15 @@ func logCorpusRun(b *testing.B, who string, run *corpusRun, bigFirst bool) {
 	}
 }
 
-// kubeletBursts counts the corpus runs of this process, so that with
-// -count the runtimes take turns going first (daemon.Order).
-var kubeletBursts int
+// kubeletBursts counts the corpus runs (one per profile) so that the
+// runtimes take turns going first (daemon.Order). A process runs one set
+// (see benchKubeletCorpus), so a set of processes goes on through the
+// orders with PULLWISE_BENCH_BURST, the index of its process's first run:
+// 0, 2, 4 for three processes on both profiles.
+var kubeletBursts = func() int {
+	i, _ := strconv.Atoi(os.Getenv("PULLWISE_BENCH_BURST"))
+	return i
+}()
 
 // reportCorpusRatios reports Pullwise's figures over stock's, and with a
 // second stock ("again") its figures over the first's as <what>-noise.
