@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -65,7 +66,11 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 	// each runtime's floor, then its cold run, so that the ratios would
 	// pair the last run of each, not runs side by side.
 	if n := flag.Lookup("test.count").Value.String(); n != "1" {
-		b.Fatalf("-count %s: the kubelet corpus runs one set per process; run the process again for another (PULLWISE_BENCH_BURST=2, 4, ... to go on through the orders)", n)
+		b.Fatalf("-count %s: the kubelet corpus runs one set per process; run the process again for another, with PULLWISE_BENCH_BURST=1, 2, ... to go on through the orders", n)
+	}
+	burst, err := strconv.Atoi(cmp.Or(os.Getenv("PULLWISE_BENCH_BURST"), "0"))
+	if err != nil || burst < 0 {
+		b.Fatalf("PULLWISE_BENCH_BURST=%q: want the number of this process in a set of runs: 0, 1, 2, ...", os.Getenv("PULLWISE_BENCH_BURST"))
 	}
 	stockBin := daemon.Bin("containerd-stock")
 	if _, err := os.Stat(stockBin); err != nil {
@@ -89,7 +94,7 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 		name string
 		wan  *registry.WAN
 	}{{"loopback", nil}, {"wan", &registry.DefaultWAN}}
-	for _, prof := range profiles {
+	for i, prof := range profiles {
 		if p := os.Getenv("PULLWISE_BENCH_PROFILES"); p != "" && !slices.Contains(strings.Split(p, ","), prof.name) {
 			continue
 		}
@@ -109,9 +114,11 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 				names = append(names, "again")
 			}
 			runs := map[string]*corpusRun{}
-			order := daemon.Order(kubeletBursts, names...)
-			kubeletBursts++
-			for ci, name := range order {
+			// The WAN takes the order three on from loopback's: two
+			// runtimes start opposite each other within a process, and
+			// with three, processes 0-2 put each first once on each
+			// profile and 0-5 go through all six orders.
+			for _, name := range daemon.Order(burst+3*i, names...) {
 				c := contenders[name]
 				run := &corpusRun{}
 				runs[name] = run
@@ -163,13 +170,11 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 					for _, img := range imgs {
 						b.Logf("%s: %s", img.Name, img)
 					}
-					// The last runtime's reports the ratios, as only a
-					// benchmark without sub-benchmarks prints metrics.
-					if ci == len(order)-1 {
-						reportCorpusRatios(b, runs, bigFirst)
-					}
 				})
 			}
+			// On a row of their own, whichever runtime went last, as only
+			// a benchmark without sub-benchmarks prints metrics.
+			b.Run("ratios", func(b *testing.B) { reportCorpusRatios(b, runs, bigFirst) })
 		})
 	}
 }
@@ -226,21 +231,18 @@ func logCorpusRun(b *testing.B, who string, run *corpusRun, bigFirst bool) {
 	}
 }
 
-// kubeletBursts counts the corpus runs (one per profile) so that the
-// runtimes take turns going first (daemon.Order). A process runs one set
-// (see benchKubeletCorpus), so a set of processes goes on through the
-// orders with PULLWISE_BENCH_BURST, the index of its process's first run:
-// 0, 2, 4 for three processes on both profiles.
-var kubeletBursts = func() int {
-	i, _ := strconv.Atoi(os.Getenv("PULLWISE_BENCH_BURST"))
-	return i
-}()
-
-// reportCorpusRatios reports Pullwise's figures over stock's, and with a
-// second stock ("again") its figures over the first's as <what>-noise.
+// reportCorpusRatios reports Pullwise's figures over stock's as
+// <figure>-ratio, and with a second stock ("again") its figures over the
+// first's as <figure>-noise-ratio; nothing when a runtime's runs were
+// left out (-bench).
 func reportCorpusRatios(b *testing.B, runs map[string]*corpusRun, bigFirst bool) {
+	for _, r := range runs {
+		if r.cold == nil || r.floor == nil {
+			return
+		}
+	}
 	s, p, again := runs["stock"], runs["pullwise"], runs["again"]
-	if s.cold == nil || p.cold == nil || (again != nil && again.cold == nil) {
+	if s == nil || p == nil {
 		return
 	}
 	ratio := func(what string, f func(podStarts) time.Duration, of func(*corpusRun) podStarts) {
