@@ -104,7 +104,7 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 			type contender struct{ binary, config, transfer string }
 			contenders := map[string]contender{
 				"stock":    {stockBin, "", ""},
-				"pullwise": {"", fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit), os.Getenv("PULLWISE_BENCH_TRANSFER")},
+				"pullwise": {"", benchPullwiseConfig, os.Getenv("PULLWISE_BENCH_TRANSFER")},
 			}
 			names := []string{"stock", "pullwise"}
 			// PULLWISE_BENCH_NOISE: a second stock node, whose ratio to
@@ -245,21 +245,21 @@ func reportCorpusRatios(b *testing.B, runs map[string]*corpusRun, bigFirst bool)
 	if s == nil || p == nil {
 		return
 	}
-	ratio := func(what string, f func(podStarts) time.Duration, of func(*corpusRun) podStarts) {
-		b.ReportMetric(float64(f(of(p)))/float64(f(of(s))), what)
+	ratio := func(figure string, f func(podStarts) time.Duration, of func(*corpusRun) podStarts) {
+		b.ReportMetric(float64(f(of(p)))/float64(f(of(s))), figure+"-ratio")
 		if again != nil {
-			b.ReportMetric(float64(f(of(again)))/float64(f(of(s))), strings.TrimSuffix(what, "-ratio")+"-noise-ratio")
+			b.ReportMetric(float64(f(of(again)))/float64(f(of(s))), figure+"-noise-ratio")
 		}
 	}
 	cold := func(r *corpusRun) podStarts { return sorted(r.cold) }
 	floor := func(r *corpusRun) podStarts { return sorted(r.floor) }
-	ratio("first-ratio", podStarts.first, cold)
-	ratio("median-ratio", podStarts.median, cold)
-	ratio("last-ratio", podStarts.last, cold)
-	ratio("delay-first-ratio", podStarts.first, (*corpusRun).delay)
-	ratio("delay-median-ratio", podStarts.median, (*corpusRun).delay)
-	ratio("delay-last-ratio", podStarts.last, (*corpusRun).delay)
-	ratio("floor-median-ratio", podStarts.median, floor)
+	ratio("first", podStarts.first, cold)
+	ratio("median", podStarts.median, cold)
+	ratio("last", podStarts.last, cold)
+	ratio("delay-first", podStarts.first, (*corpusRun).delay)
+	ratio("delay-median", podStarts.median, (*corpusRun).delay)
+	ratio("delay-last", podStarts.last, (*corpusRun).delay)
+	ratio("floor-median", podStarts.median, floor)
 	for who, r := range runs {
 		b.ReportMetric(sorted(r.cold).median().Seconds(), who+"-median-s")
 		b.ReportMetric(sorted(r.floor).median().Seconds(), who+"-floor-median-s")
@@ -268,7 +268,7 @@ func reportCorpusRatios(b *testing.B, runs map[string]*corpusRun, bigFirst bool)
 	if bigFirst {
 		small := func(r *corpusRun) podStarts { return sorted(r.cold[1:]) }
 		big := func(r *corpusRun) podStarts { return podStarts{r.cold[0]} }
-		ratio("small-median-ratio", podStarts.median, small)
-		ratio("big-ratio", podStarts.first, big)
+		ratio("small-median", podStarts.median, small)
+		ratio("big", podStarts.first, big)
 	}
 }

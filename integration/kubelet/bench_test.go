@@ -32,6 +32,9 @@ var benchLimit = func() int {
 	return v
 }()
 
+// benchPullwiseConfig is Pullwise's plugin TOML on the benchmarks' nodes.
+var benchPullwiseConfig = fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit)
+
 // podStarts holds each pod's time to Running, sorted.
 type podStarts []time.Duration
 
@@ -66,20 +69,14 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 
 	for i, prof := range profiles {
 		b.Run(prof.name, func(b *testing.B) {
-			contenders := []struct {
-				name, binary, config string
-			}{
-				{"stock", stockBin, ""},
-				{"pullwise", "", fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit)},
-			}
-			if i%2 == 1 {
-				// Alternate who goes first, so neither always meets a
-				// cold registry.
-				slices.Reverse(contenders)
+			contenders := map[string]struct{ binary, config string }{
+				"stock":    {stockBin, ""},
+				"pullwise": {"", benchPullwiseConfig},
 			}
 			results := map[string]podStarts{}
-			for _, c := range contenders {
-				b.Run(c.name, func(b *testing.B) {
+			for _, name := range daemon.Order(i, "stock", "pullwise") {
+				c := contenders[name]
+				b.Run(name, func(b *testing.B) {
 					var starts podStarts
 					for b.Loop() {
 						b.StopTimer()
@@ -99,12 +96,12 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 						}
 						starts = sorted(startPods(b, n, images))
 					}
-					results[c.name] = starts
+					results[name] = starts
 					b.ReportMetric(starts.first().Seconds(), "first-s")
 					b.ReportMetric(starts.median().Seconds(), "median-s")
 					b.ReportMetric(starts.last().Seconds(), "last-s")
 					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
-						b.Logf("%s: pods Running after %v", c.name, starts)
+						b.Logf("%s: pods Running after %v", name, starts)
 					}
 					// The second contender reports the ratios.
 					s, p := results["stock"], results["pullwise"]
