@@ -2,11 +2,9 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,32 +37,6 @@ func (e *env) clean(b *testing.B, refs []string) {
 		}
 	}
 	e.collectGarbage()
-}
-
-// resetPeakRSS starts containerd's peak resident memory afresh (Linux's
-// clear_refs 5); peakRSS reads it (VmHWM) in bytes.
-func resetPeakRSS(b *testing.B, d *daemon.Daemon) {
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", d.PID()), []byte("5"), 0); err != nil {
-		b.Fatal(err)
-	}
-}
-
-func peakRSS(b *testing.B, d *daemon.Daemon) int64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.PID()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmHWM in /proc status")
-	return 0
 }
 
 // benchProfiles are the network profiles to run: PULLWISE_BENCH_PROFILES,
@@ -173,7 +145,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					e.clean(b, refs)
 					syscall.Sync()
 					c.evict(b)
-					resetPeakRSS(b, e.d)
+					e.d.ResetPeakRSS(b)
 					b.StartTimer()
 					profiled := profileBurst(b, e, name, profile, corpusRuns)
 					cpu0, own0 := e.d.CPUTime(b), ownCPU(b)
@@ -182,7 +154,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					profiled()
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0
-					peak[name] = max(peak[name], peakRSS(b, e.d))
+					peak[name] = max(peak[name], e.d.PeakRSS(b))
 					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
 						b.Logf("%s completions, in the order asked: %v", name, each)
 					}

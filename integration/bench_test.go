@@ -36,7 +36,7 @@ type contenders struct {
 	// over its own in the same run is how far a ratio to stock moves with
 	// nothing changed, the noise a Pullwise/stock ratio is judged against.
 	again *env
-	// criImages is the CRI image plugin TOML every daemon started with.
+	// criImages is the CRI image plugin TOML the daemons run with.
 	criImages string
 }
 
@@ -90,9 +90,12 @@ func newContendersWith(b *testing.B, pullwiseConfig, criImages string) contender
 // (pinned_images.sandbox), as every node is configured: the pause image a
 // node pulls at boot is its sandbox image, which Pullwise's gate lets by
 // (queue_bypass). Removal stays allowed, as a burst starts from no image.
-func (c contenders) pinSandbox(b *testing.B, ref, pullwiseConfig string) {
+func (c *contenders) pinSandbox(b *testing.B, ref, pullwiseConfig string) {
 	b.Helper()
 	pinned := fmt.Sprintf("  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", ref)
+	// A second stock daemon started after this one (withNoise) is
+	// configured as these.
+	c.criImages = pinned
 	c.pullwise.restartWith(b, envOptions{extraConfig: pullwiseConfig + "  protect_pinned_images = false\n", criImages: pinned,
 		transfer: os.Getenv("PULLWISE_BENCH_TRANSFER"), logLevel: "info"})
 	for _, e := range []*env{c.stock, c.again} {

@@ -263,6 +263,36 @@ func (d *Daemon) CPUTime(t testing.TB) time.Duration {
 	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
+// ResetPeakRSS starts containerd's peak resident memory afresh (Linux's
+// clear_refs 5), so that PeakRSS gives the peak of what follows.
+func (d *Daemon) ResetPeakRSS(t testing.TB) {
+	t.Helper()
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", d.PID()), []byte("5"), 0); err != nil {
+		t.Fatalf("reset containerd's peak RSS: %v", err)
+	}
+}
+
+// PeakRSS is containerd's peak resident memory (VmHWM) in bytes, since it
+// started or since ResetPeakRSS.
+func (d *Daemon) PeakRSS(t testing.TB) int64 {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.PID()))
+	if err != nil {
+		t.Fatalf("containerd peak RSS: %v", err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("containerd peak RSS: %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("containerd peak RSS: no VmHWM in /proc status")
+	return 0
+}
+
 // debugRead GETs path on containerd's debug socket and reads the whole
 // answer: a handler left writing to a client that stopped reading would
 // count among the goroutines of the next look.

@@ -48,8 +48,13 @@ func BenchmarkKubeletCorpusDeployBurst(b *testing.B) {
 	benchKubeletCorpus(b, "deploy", corpus.DeployBurst)
 }
 
-// corpusRun is one runtime's pod starts, by pod, with its floor's.
-type corpusRun struct{ cold, floor []time.Duration }
+// corpusRun is one runtime's pod starts, by pod, with its floor's, and
+// its containerd's CPU time and peak resident memory over the cold start.
+type corpusRun struct {
+	cold, floor []time.Duration
+	cpu         time.Duration
+	peakRSS     int64
+}
 
 // delay is the pull delay at each rank: the cold start minus the floor's.
 func (r corpusRun) delay() podStarts {
@@ -90,12 +95,8 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 		}
 		repos = append(repos, repo)
 	}
-	profiles := []struct {
-		name string
-		wan  *registry.WAN
-	}{{"loopback", nil}, {"wan", &registry.DefaultWAN}}
-	for i, prof := range profiles {
-		if p := os.Getenv("PULLWISE_BENCH_PROFILES"); p != "" && !slices.Contains(strings.Split(p, ","), prof.name) {
+	for i, prof := range benchProfiles {
+		if !profileWanted(prof.name) {
 			continue
 		}
 		b.Run(prof.name, func(b *testing.B) {
@@ -147,7 +148,12 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 					// As the CRI bursts do: what the last node wrote is on
 					// disk, so that its writeback does not slow this one.
 					syscall.Sync()
+					n.d.ResetPeakRSS(b)
+					cpu0 := n.d.CPUTime(b)
 					starts := startPods(b, n, refs)
+					if !prePull {
+						run.cpu, run.peakRSS = n.d.CPUTime(b)-cpu0, n.d.PeakRSS(b)
+					}
 					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
 						// Where each pull's time went (Pullwise logs it), to
 						// stderr: a benchmark's log is cut after ten lines.
@@ -233,8 +239,9 @@ func logCorpusRun(b *testing.B, who string, run *corpusRun, bigFirst bool) {
 
 // reportCorpusRatios reports Pullwise's figures over stock's as
 // <figure>-ratio, and with a second stock ("again") its figures over the
-// first's as <figure>-noise-ratio; nothing when a runtime's runs were
-// left out (-bench).
+// first's as <figure>-noise-ratio; each runtime's containerd CPU and peak
+// RSS over its cold start as the CRI bursts name them; nothing when a
+// runtime's runs were left out (-bench).
 func reportCorpusRatios(b *testing.B, runs map[string]*corpusRun, bigFirst bool) {
 	for _, r := range runs {
 		if r.cold == nil || r.floor == nil {
@@ -264,6 +271,8 @@ func reportCorpusRatios(b *testing.B, runs map[string]*corpusRun, bigFirst bool)
 		b.ReportMetric(sorted(r.cold).median().Seconds(), who+"-median-s")
 		b.ReportMetric(sorted(r.floor).median().Seconds(), who+"-floor-median-s")
 		b.ReportMetric(r.delay().median().Seconds(), who+"-delay-median-s")
+		b.ReportMetric(r.cpu.Seconds(), who+"-daemon-cpu-s")
+		b.ReportMetric(float64(r.peakRSS)/(1<<20), who+"-peak-rss-MiB")
 	}
 	if bigFirst {
 		small := func(r *corpusRun) podStarts { return sorted(r.cold[1:]) }

@@ -32,6 +32,22 @@ var benchLimit = func() int {
 	return v
 }()
 
+// benchProfiles are the network profiles of the kubelet benchmarks, in
+// the order they run; a profile's index picks its runtimes' order
+// (daemon.Order), whichever profiles PULLWISE_BENCH_PROFILES leaves out.
+var benchProfiles = []struct {
+	name string
+	wan  *registry.WAN
+}{{"loopback", nil}, {"wan", &registry.DefaultWAN}}
+
+// profileWanted says whether PULLWISE_BENCH_PROFILES (comma-separated;
+// unset: every profile) asks for the profile name, as in ./integration's
+// benchmarks.
+func profileWanted(name string) bool {
+	p := os.Getenv("PULLWISE_BENCH_PROFILES")
+	return p == "" || slices.Contains(strings.Split(p, ","), name)
+}
+
 // benchPullwiseConfig is Pullwise's plugin TOML on the benchmarks' nodes.
 var benchPullwiseConfig = fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit)
 
@@ -47,13 +63,6 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 	if _, err := os.Stat(stockBin); err != nil {
 		b.Fatalf("stock containerd missing (make bench builds it): %v", err)
 	}
-	profiles := []struct {
-		name string
-		wan  *registry.WAN
-	}{
-		{"loopback", nil},
-		{"wan", &registry.DefaultWAN},
-	}
 	// One upstream for all runs, seeded once: images of 3 text-like
 	// layers of 4 MiB (gzip for real, so unpacking costs CPU), plus the
 	// /pause layer that makes them runnable.
@@ -67,7 +76,10 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 		repos = append(repos, repo)
 	}
 
-	for i, prof := range profiles {
+	for i, prof := range benchProfiles {
+		if !profileWanted(prof.name) {
+			continue
+		}
 		b.Run(prof.name, func(b *testing.B) {
 			contenders := map[string]struct{ binary, config string }{
 				"stock":    {stockBin, ""},
