@@ -2,7 +2,8 @@
 # A/B two Pullwise builds on a benchmark, as issue 39 asks before a
 # scheduling mechanism is kept: the builds alternate, one burst each, each
 # burst on a fresh disk (hack/benchdisk.sh) against stock in the same run,
-# and benchstat compares the arms metric by metric.
+# stock and the build taking turns to go first from one burst to the next
+# (PULLWISE_BENCH_BURST), and benchstat compares the arms metric by metric.
 #
 #   hack/ab.sh OLD NEW [BENCH [PKG]]
 #
@@ -11,7 +12,9 @@
 # is the -bench pattern (default CorpusUnseenCompressions), PKG the package
 # (default ./integration/; ./integration/kubelet/ for pod starts). RUNS
 # bursts per arm (default 5), OUT keeps the logs (default a new temporary
-# directory). PULLWISE_BENCH_* (LIMIT, PROFILES, ...) pass through.
+# directory). PULLWISE_BENCH_* (LIMIT, PROFILES, ...) pass through, but
+# for PULLWISE_BENCH_BURST, which ab.sh sets to each burst's number, the
+# same in both arms (so give the arms' profiles prefixes of their own).
 #
 # Why benchstat: a burst on a small node varies more than most mechanisms
 # change it (stock's own image times move 2-3x between runs), so two
@@ -68,7 +71,9 @@ for i in $(seq 1 "$runs"); do
 		[ $arm = new ] && bin=$newbin
 		log=$out/$arm-$i.log
 		echo "ab: $arm, burst $i of $runs ($(date +%T))" >&2
-		hack/benchdisk.sh env PULLWISE_BIN="$bin" go test -count=1 -run '^$' -bench "$bench" -benchtime 1x -timeout 40m "$pkg" >"$log" 2>&1 || {
+		# Burst i - 1 of a set: the runtimes take turns going first from
+		# one burst to the next (daemon.Burst), the same turn in both arms.
+		hack/benchdisk.sh env PULLWISE_BIN="$bin" PULLWISE_BENCH_BURST=$((i - 1)) go test -count=1 -run '^$' -bench "$bench" -benchtime 1x -timeout 40m "$pkg" >"$log" 2>&1 || {
 			echo "ab: the $arm burst failed; its log is $log" >&2
 			exit 1
 		}

@@ -140,7 +140,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			smallMed, big := map[string]time.Duration{}, map[string]time.Duration{}
 			cpu, daemonCPU, peak := map[string]time.Duration{}, map[string]time.Duration{}, map[string]int64{}
 			for b.Loop() {
-				c.each(corpusRuns, func(name string, e *env) {
+				c.each(b, corpusRuns, func(name string, e *env) {
 					b.StopTimer()
 					e.clean(b, refs)
 					syscall.Sync()

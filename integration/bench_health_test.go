@@ -49,7 +49,7 @@ func BenchmarkFailingMirror(b *testing.B) {
 				}
 				pw.mirror.SetFault(tc.fault)
 				b.StartTimer()
-				c.each(i, func(name string, e *env) {
+				c.each(b, i, func(name string, e *env) {
 					e.mirror.Reset()
 					start := time.Now()
 					for _, ref := range refs {

@@ -35,7 +35,7 @@ func BenchmarkImageStore(b *testing.B) {
 			c := contenders{pullwise: pw, stock: pw.sibling(daemon.Options{Binary: stockBin, LogLevel: "info"})}
 			img := pw.upstream.Push(b, "bench/store", "v1", registry.Image{Layers: []int64{64 << 10}, Seed: 40000})
 			ctx := context.Background()
-			c.each(0, func(_ string, e *env) {
+			c.each(b, 0, func(_ string, e *env) {
 				if _, err := e.images.PullImage(ctx, criImage(img.Ref), nil, nil); err != nil {
 					b.Fatal(err)
 				}
@@ -44,7 +44,7 @@ func BenchmarkImageStore(b *testing.B) {
 			})
 			restart, repull, list, pullctl := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}, time.Duration(0)
 			for i := 0; b.Loop(); i++ {
-				c.each(i, func(name string, e *env) {
+				c.each(b, i, func(name string, e *env) {
 					start := time.Now()
 					e.d.Restart(b)
 					restart[name] += time.Since(start)

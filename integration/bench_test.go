@@ -28,8 +28,6 @@ import (
 
 var benchLimit = envInt("PULLWISE_BENCH_LIMIT", 3) // max_parallel_image_pulls for Pullwise
 
-var profileFor = time.Duration(envInt("PULLWISE_BENCH_PROFILE_SECONDS", 2)) * time.Second
-
 type contenders struct {
 	stock, pullwise *env
 	// again is a second stock daemon, started by withNoise: stock's time
@@ -57,7 +55,7 @@ func stockBeside(pw *env, criImages string) *env {
 		Transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER")})
 }
 
-// all are c's daemons by name, in the order a first burst runs them.
+// all are c's daemons by name, in the order burst 0 runs them.
 func (c contenders) all() (names []string, envs map[string]*env) {
 	names, envs = []string{"stock", "pullwise"}, map[string]*env{"stock": c.stock, "pullwise": c.pullwise}
 	if c.again != nil {
@@ -184,30 +182,20 @@ func (c contenders) evict(b *testing.B) {
 }
 
 // profileBurst starts what PULLWISE_BENCH_PROFILE and
-// PULLWISE_BENCH_TRACE ask of e's daemon for the burst that starts now,
-// written to prefix.name.profile.i; the func it returns waits for them.
+// PULLWISE_BENCH_TRACE ask of e's daemon for the i-th burst of this
+// process, which starts now, written to prefix.name.profile.burst, burst
+// counted on from daemon.Burst; the func it returns waits for them.
 func profileBurst(b *testing.B, e *env, name, profile string, i int) (wait func()) {
-	var profiled sync.WaitGroup
-	for _, kind := range []string{"profile", "trace"} {
-		prefix := os.Getenv("PULLWISE_BENCH_" + strings.ToUpper(kind))
-		if prefix == "" {
-			continue
-		}
-		profiled.Go(func() {
-			file := fmt.Sprintf("%s.%s.%s.%d", prefix, name, profile, i)
-			if err := os.WriteFile(file, e.d.Profile(b, kind, profileFor), 0o644); err != nil {
-				b.Error(err)
-			}
-		})
-	}
-	return profiled.Wait
+	return e.d.ProfileAsked(b, fmt.Sprintf("%s.%s.%d", name, profile, daemon.Burst(b)+i))
 }
 
 // each runs fn for every contender, in the order daemon.Order gives the
-// i-th burst.
-func (c contenders) each(i int, fn func(name string, e *env)) {
+// i-th burst of this process, offset by the process's number in a set
+// (daemon.Burst): with one burst per process (-count=1, -benchtime 1x),
+// process k runs burst k's order.
+func (c contenders) each(b *testing.B, i int, fn func(name string, e *env)) {
 	names, envs := c.all()
-	for _, name := range daemon.Order(i, names...) {
+	for _, name := range daemon.Order(daemon.Burst(b)+i, names...) {
 		fn(name, envs[name])
 	}
 }
@@ -303,7 +291,7 @@ func benchBurst(b *testing.B, name, criImages string, image func(j int) registry
 					refs = append(refs, host+"/"+repo+":v1")
 				}
 				b.StartTimer()
-				c.each(i, func(name string, e *env) {
+				c.each(b, i, func(name string, e *env) {
 					// Each burst starts with no dirty pages left by the
 					// one before, whichever daemon wrote them: writeback
 					// and the journal commits that content fsyncs force
@@ -402,7 +390,7 @@ func BenchmarkIdenticalPulls(b *testing.B) {
 		img := c.pullwise.upstream.Push(b, repo, "v1", registry.Image{
 			Layers: []int64{1 << 20, 1 << 20, 1 << 20, 1 << 20}, Seed: int64(20000 + i)})
 		b.StartTimer()
-		c.each(i, func(name string, e *env) {
+		c.each(b, i, func(name string, e *env) {
 			if err := e.upstream.WaitIdle(context.Background()); err != nil {
 				b.Fatal(err)
 			}
@@ -433,7 +421,7 @@ func BenchmarkRepull(b *testing.B) {
 	ctx := context.Background()
 	plain := criImage(img.Ref)
 	ifNewer := &criapi.ImageSpec{Image: img.Ref, Annotations: map[string]string{"pullwise.io/image-pull-policy": "IfNewerNotPresent"}}
-	c.each(0, func(_ string, e *env) {
+	c.each(b, 0, func(_ string, e *env) {
 		if _, err := e.images.PullImage(ctx, plain, nil, nil); err != nil {
 			b.Fatal(err)
 		}
@@ -459,7 +447,7 @@ func BenchmarkRepull(b *testing.B) {
 		b.StartTimer()
 	}
 	for i := 0; b.Loop(); i++ {
-		c.each(i, func(name string, e *env) {
+		c.each(b, i, func(name string, e *env) {
 			measure(name, e, plain)
 			if name == "pullwise" {
 				measure("ifnewer", e, ifNewer)

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"text/template"
@@ -238,7 +239,59 @@ func (d *Daemon) LiveHeap(t testing.TB) int64 {
 // where a burst of pulls spends the CPUs, or waits.
 func (d *Daemon) Profile(t testing.TB, kind string, over time.Duration) []byte {
 	t.Helper()
-	return []byte(d.debugRead(t, fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, max(int(over.Seconds()), 1))))
+	b, err := d.debugGet(d.profilePath(kind, over))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (d *Daemon) profilePath(kind string, over time.Duration) string {
+	return fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, max(int(over.Seconds()), 1))
+}
+
+// ProfileAsked starts what PULLWISE_BENCH_PROFILE and PULLWISE_BENCH_TRACE
+// (each a file prefix) ask of d for the burst that starts now: a CPU
+// profile, an execution trace, PULLWISE_BENCH_PROFILE_SECONDS long (2 by
+// default), written to prefix.name. The func it returns waits for them.
+//
+// The caller must wait before its test ends, however it ends (defer): a
+// profile still running would report to a finished test.
+func (d *Daemon) ProfileAsked(t testing.TB, name string) (wait func()) {
+	t.Helper()
+	var profiled sync.WaitGroup
+	for _, kind := range []string{"profile", "trace"} {
+		prefix := os.Getenv("PULLWISE_BENCH_" + strings.ToUpper(kind))
+		if prefix == "" {
+			continue
+		}
+		over := profileSeconds(t)
+		// t.Error, not Fatal: this is not the test's goroutine.
+		profiled.Go(func() {
+			b, err := d.debugGet(d.profilePath(kind, over))
+			if err == nil {
+				err = os.WriteFile(prefix+"."+name, b, 0o644)
+			}
+			if err != nil {
+				t.Errorf("%s of containerd: %v", kind, err)
+			}
+		})
+	}
+	return profiled.Wait
+}
+
+// profileSeconds is PULLWISE_BENCH_PROFILE_SECONDS, 2 s when unset.
+func profileSeconds(t testing.TB) time.Duration {
+	t.Helper()
+	s := os.Getenv("PULLWISE_BENCH_PROFILE_SECONDS")
+	if s == "" {
+		return 2 * time.Second
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("PULLWISE_BENCH_PROFILE_SECONDS=%q: want a whole number of seconds, 1 or more", s)
+	}
+	return time.Duration(n) * time.Second
 }
 
 // CPUTime is the user and system CPU time containerd has used so far.
@@ -298,20 +351,32 @@ func (d *Daemon) PeakRSS(t testing.TB) int64 {
 // count among the goroutines of the next look.
 func (d *Daemon) debugRead(t testing.TB, path string) string {
 	t.Helper()
+	b, err := d.debugGet(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// debugGet is debugRead for callers off the test's goroutine.
+func (d *Daemon) debugGet(path string) ([]byte, error) {
 	// No keep-alive: an idle connection would show up as goroutines.
 	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", d.DebugSocket)
 	}}}
 	resp, err := c.Get("http://containerd" + path)
 	if err != nil {
-		t.Fatalf("GET %s on the debug socket: %v", path, err)
+		return nil, fmt.Errorf("GET %s on the debug socket: %w", path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s on the debug socket: %s %v", path, resp.Status, err)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = errors.New(resp.Status)
 	}
-	return string(b)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s on the debug socket: %w", path, err)
+	}
+	return b, nil
 }
 
 // writeConfig renders the config for opts into Dir/config.toml.

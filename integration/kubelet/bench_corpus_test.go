@@ -1,13 +1,11 @@
 package kubelet
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,6 +25,11 @@ import (
 // changes), then cold. A pod's pull delay is its time to Running minus
 // the floor's at the same rank, so the figure that compares the runtimes'
 // pulling is not drowned by the pod start both share.
+//
+// PULLWISE_BENCH_PROFILE and PULLWISE_BENCH_TRACE (file prefixes) take a
+// CPU profile and an execution trace of each containerd from the start
+// of its cold run, to prefix.scenario.runtime.profile.burst (the CRI
+// benchmarks' are prefix.runtime.profile.burst).
 
 // BenchmarkKubeletCorpusNodeBoot: the pause image and six system images
 // of 19-38 MiB sharing a base layer (corpus.NodeBoot), as a booting node's
@@ -66,17 +69,14 @@ func (r corpusRun) delay() podStarts {
 	return d
 }
 
-func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus.Image) {
+func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.Trees) []corpus.Image) {
 	// go test repeats each leaf benchmark -count times in a row: here
 	// each runtime's floor, then its cold run, so that the ratios would
 	// pair the last run of each, not runs side by side.
 	if n := flag.Lookup("test.count").Value.String(); n != "1" {
 		b.Fatalf("-count %s: the kubelet corpus runs one set per process; run the process again for another, with PULLWISE_BENCH_BURST=1, 2, ... to go on through the orders", n)
 	}
-	burst, err := strconv.Atoi(cmp.Or(os.Getenv("PULLWISE_BENCH_BURST"), "0"))
-	if err != nil || burst < 0 {
-		b.Fatalf("PULLWISE_BENCH_BURST=%q: want the number of this process in a set of runs: 0, 1, 2, ...", os.Getenv("PULLWISE_BENCH_BURST"))
-	}
+	burst := daemon.Burst(b)
 	stockBin := daemon.Bin("containerd-stock")
 	if _, err := os.Stat(stockBin); err != nil {
 		b.Fatalf("stock containerd missing (make bench builds it): %v", err)
@@ -89,7 +89,7 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 	upstream := registry.Start(b, registry.Options{Name: "upstream"})
 	var repos []string
 	for _, img := range imgs {
-		repo := "corpus/" + name + "/" + img.Name
+		repo := "corpus/" + scenarioName + "/" + img.Name
 		if _, err := upstream.PushImage(context.Background(), repo, "v1", img.Image); err != nil {
 			b.Fatal(err)
 		}
@@ -150,6 +150,9 @@ func benchKubeletCorpus(b *testing.B, name string, scenario func(corpus.Trees) [
 					syscall.Sync()
 					n.d.ResetPeakRSS(b)
 					cpu0 := n.d.CPUTime(b)
+					if !prePull {
+						defer n.d.ProfileAsked(b, fmt.Sprintf("%s.%s.%s.%d", scenarioName, name, prof.name, burst))()
+					}
 					starts := startPods(b, n, refs)
 					if !prePull {
 						run.cpu, run.peakRSS = n.d.CPUTime(b)-cpu0, n.d.PeakRSS(b)

@@ -103,6 +103,18 @@ func newNode(t testing.TB, opts nodeOptions) *node {
 		Transfer:    opts.transfer,
 		LogLevel:    benchLogLevel(),
 	})
+	if dir := os.Getenv("PULLWISE_KUBELET_LOGS"); dir != "" {
+		// Kept beside kubelet's, for debugging: the harness removes
+		// containerd's directory. Registered before kubelet starts, so
+		// it runs after kubelet stops; containerd's own stop, registered
+		// before it, comes after, and its lines are not kept.
+		t.Cleanup(func() {
+			name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + ".containerd.log"
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(n.d.Log()), 0o644); err != nil {
+				t.Logf("keep containerd log: %v", err)
+			}
+		})
+	}
 	conn, err := grpc.NewClient(n.d.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
