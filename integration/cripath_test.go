@@ -141,6 +141,11 @@ func TestCRIPullsReachPullwiseUnderEveryConfig(t *testing.T) {
 		if got := e.metric(`pullwise_pulls_total{outcome="pulled"}`); got != 1 {
 			t.Fatalf(`pullwise_pulls_total{outcome="pulled"} = %v: the pull did not go through Pullwise`, got)
 		}
+		// Every metadata write of the pull took its turn, and shows.
+		turns, writes := e.metric(`pullwise_metadata_write_seconds_count{phase="turn"}`), e.metric(`pullwise_metadata_write_seconds_count{phase="write"}`)
+		if writes == 0 || turns != writes {
+			t.Errorf("pullwise_metadata_write_seconds_count: %v turns, %v writes; want the pull's writes, each with its turn", turns, writes)
+		}
 	})
 }
 

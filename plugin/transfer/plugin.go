@@ -77,8 +77,10 @@ func init() {
 			// The pulls' metadata writes, in due order (transfer/commits).
 			turns := commits.New()
 			u := newUnpacking(c, db, turns, ups, loadedSnapshotters(ic, db, c, ups))
-			if err := prometheus.Register(u.costs); err != nil {
-				return nil, err
+			for _, c := range []prometheus.Collector{u.costs, turns} {
+				if err := prometheus.Register(c); err != nil {
+					return nil, err
+				}
 			}
 			// Pulls' records get their source labels in the write that
 			// stores them, not in one more (sourcelabel.Store), and the

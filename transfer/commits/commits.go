@@ -22,21 +22,50 @@ package commits
 
 import (
 	"context"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/opencontainers/go-digest"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // Turns hands out the turn to write, one at a time, in due order.
-type Turns struct{ lane *lane.Lane }
+type Turns struct {
+	lane *lane.Lane
+	// seconds is how long writes waited for their turn ("turn") and then
+	// took ("write": bolt's lock, which writes that are not a pull's share,
+	// the transaction and its sync), so that an operator sees when pulls
+	// wait on the database rather than on the link or the CPUs.
+	seconds *prometheus.HistogramVec
+	now     func() time.Time // time.Now; tests set it
+}
 
 // New returns the node's write turns.
-func New() *Turns { return &Turns{lane: lane.New(1)} }
+func New() *Turns {
+	return &Turns{
+		lane: lane.New(1),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "pullwise",
+			Name:      "metadata_write_seconds",
+			Help:      "Pulls' writes to containerd's metadata database: the wait for their turn among the pulls' writes (phase=turn), and the write itself, with the wait for the database's one writer that other writes share (phase=write).",
+			// A write is a transaction and an fdatasync, milliseconds on
+			// an idle disk; in a burst they queue for seconds.
+			Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10},
+		}, []string{"phase"}),
+		now: time.Now,
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (t *Turns) Describe(ch chan<- *prometheus.Desc) { t.seconds.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (t *Turns) Collect(ch chan<- prometheus.Metric) { t.seconds.Collect(ch) }
 
 // do runs the write fn in its turn. A nil Turns runs it at once. The
 // wait ignores ctx's end, as bolt's lock does: a write of a cancelled
@@ -46,11 +75,15 @@ func (t *Turns) do(ctx context.Context, fn func() error) error {
 	if t == nil {
 		return fn()
 	}
+	asked := t.now()
 	release, err := t.lane.Acquire(context.WithoutCancel(ctx))
 	if err != nil {
 		return err
 	}
 	defer release()
+	turn := t.now()
+	t.seconds.WithLabelValues("turn").Observe(turn.Sub(asked).Seconds())
+	defer func() { t.seconds.WithLabelValues("write").Observe(t.now().Sub(turn).Seconds()) }()
 	return fn()
 }
 

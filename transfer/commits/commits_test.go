@@ -2,6 +2,9 @@ package commits
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/opencontainers/go-digest"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/lane"
@@ -168,5 +172,60 @@ func TestEveryWriteTakesItsTurn(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestWriteSeconds: pullwise_metadata_write_seconds splits each write's
+// time into its wait for a turn and the write itself: a write that waited
+// while another held the turn for a second shows that second as its turn,
+// and the holder shows it as its write.
+func TestWriteSeconds(t *testing.T) {
+	var mu sync.Mutex
+	clock := time.Unix(0, 0)
+	store := &recordingImages{hold: "holder", held: make(chan struct{}), release: make(chan struct{})}
+	turns := New()
+	turns.now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	imgs := Images{Store: store, Turns: turns}
+	done := make(chan error, 2)
+	for _, name := range []string{"holder", "waiter"} {
+		go func() {
+			_, err := imgs.Create(context.Background(), images.Image{Name: name})
+			done <- err
+		}()
+		if name == "holder" {
+			<-store.held
+		}
+	}
+	await.Until(t, 10*time.Second, "the second write to wait for its turn", func() bool { return turns.lane.Waiting() == 1 })
+	mu.Lock()
+	clock = clock.Add(time.Second)
+	mu.Unlock()
+	close(store.release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each phase: one write at 0 s, one at 1 s, as a scrape shows them.
+	var want strings.Builder
+	want.WriteString("# HELP pullwise_metadata_write_seconds Pulls' writes to containerd's metadata database: the wait for their turn among the pulls' writes (phase=turn), and the write itself, with the wait for the database's one writer that other writes share (phase=write).\n")
+	want.WriteString("# TYPE pullwise_metadata_write_seconds histogram\n")
+	for _, phase := range []string{"turn", "write"} {
+		for _, le := range []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, math.Inf(1)} {
+			n := 1 // the write at 0 s
+			if le >= 1 {
+				n = 2
+			}
+			fmt.Fprintf(&want, "pullwise_metadata_write_seconds_bucket{phase=%q,le=%q} %d\n", phase, fmt.Sprint(le), n)
+		}
+		fmt.Fprintf(&want, "pullwise_metadata_write_seconds_sum{phase=%q} 1\n", phase)
+		fmt.Fprintf(&want, "pullwise_metadata_write_seconds_count{phase=%q} 2\n", phase)
+	}
+	if err := testutil.CollectAndCompare(turns, strings.NewReader(want.String()), "pullwise_metadata_write_seconds"); err != nil {
+		t.Error(err)
 	}
 }
