@@ -77,8 +77,8 @@ func init() {
 			// The pulls' metadata writes, in due order (transfer/commits).
 			turns := commits.New()
 			u := newUnpacking(c, db, turns, ups, loadedSnapshotters(ic, db, c, ups))
-			for _, c := range []prometheus.Collector{u.costs, turns} {
-				if err := prometheus.Register(c); err != nil {
+			for _, col := range []prometheus.Collector{u.costs, turns} {
+				if err := prometheus.Register(col); err != nil {
 					return nil, err
 				}
 			}
