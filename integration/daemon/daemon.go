@@ -234,41 +234,30 @@ func (d *Daemon) LiveHeap(t testing.TB) int64 {
 	return 0
 }
 
-// Profile is a CPU profile ("profile") or an execution trace ("trace") of
-// containerd over d, from its pprof endpoint, for benchmarks that look at
-// where a burst of pulls spends the CPUs, or waits.
-func (d *Daemon) Profile(t testing.TB, kind string, over time.Duration) []byte {
-	t.Helper()
-	b, err := d.debugGet(d.profilePath(kind, over))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func (d *Daemon) profilePath(kind string, over time.Duration) string {
-	return fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, max(int(over.Seconds()), 1))
-}
-
 // ProfileAsked starts what PULLWISE_BENCH_PROFILE and PULLWISE_BENCH_TRACE
 // (each a file prefix) ask of d for the burst that starts now: a CPU
-// profile, an execution trace, PULLWISE_BENCH_PROFILE_SECONDS long (2 by
-// default), written to prefix.name. The func it returns waits for them.
+// profile, an execution trace (containerd's pprof endpoint),
+// PULLWISE_BENCH_PROFILE_SECONDS long (2 by default), written to
+// prefix.name. The func it returns waits for them.
 //
 // The caller must wait before its test ends, however it ends (defer): a
 // profile still running would report to a finished test.
 func (d *Daemon) ProfileAsked(t testing.TB, name string) (wait func()) {
 	t.Helper()
 	var profiled sync.WaitGroup
+	var seconds int
 	for _, kind := range []string{"profile", "trace"} {
 		prefix := os.Getenv("PULLWISE_BENCH_" + strings.ToUpper(kind))
 		if prefix == "" {
 			continue
 		}
-		over := profileSeconds(t)
+		if seconds == 0 {
+			seconds = profileSeconds(t)
+		}
+		path := fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, seconds)
 		// t.Error, not Fatal: this is not the test's goroutine.
 		profiled.Go(func() {
-			b, err := d.debugGet(d.profilePath(kind, over))
+			b, err := d.debugGet(path)
 			if err == nil {
 				err = os.WriteFile(prefix+"."+name, b, 0o644)
 			}
@@ -280,18 +269,18 @@ func (d *Daemon) ProfileAsked(t testing.TB, name string) (wait func()) {
 	return profiled.Wait
 }
 
-// profileSeconds is PULLWISE_BENCH_PROFILE_SECONDS, 2 s when unset.
-func profileSeconds(t testing.TB) time.Duration {
+// profileSeconds is PULLWISE_BENCH_PROFILE_SECONDS, 2 when unset.
+func profileSeconds(t testing.TB) int {
 	t.Helper()
 	s := os.Getenv("PULLWISE_BENCH_PROFILE_SECONDS")
 	if s == "" {
-		return 2 * time.Second
+		return 2
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {
 		t.Fatalf("PULLWISE_BENCH_PROFILE_SECONDS=%q: want a whole number of seconds, 1 or more", s)
 	}
-	return time.Duration(n) * time.Second
+	return n
 }
 
 // CPUTime is the user and system CPU time containerd has used so far.

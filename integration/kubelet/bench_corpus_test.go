@@ -148,9 +148,11 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					// As the CRI bursts do: what the last node wrote is on
 					// disk, so that its writeback does not slow this one.
 					syscall.Sync()
-					n.d.ResetPeakRSS(b)
-					cpu0 := n.d.CPUTime(b)
+					// Containerd's CPU, memory and profiles: of the cold run.
+					var cpu0 time.Duration
 					if !prePull {
+						n.d.ResetPeakRSS(b)
+						cpu0 = n.d.CPUTime(b)
 						defer n.d.ProfileAsked(b, fmt.Sprintf("%s.%s.%s.%d", scenarioName, name, prof.name, burst))()
 					}
 					starts := startPods(b, n, refs)
