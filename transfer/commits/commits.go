@@ -130,17 +130,7 @@ type writer struct {
 	turns *Turns
 }
 
-// Commit syncs the blob's data to disk before its turn, so that blobs'
-// syncs run beside the other pulls' writes rather than between them: the
-// store syncs it again first thing in Commit (containerd's
-// namespacedWriter.Commit, to keep the sync out of bolt's lock), and that
-// sync, inside the turn, then finds nothing left to write. A failed sync
-// here is not reported: Commit's own sync fails the same way, and reports
-// it and closes the writer as the store does.
 func (w writer) Commit(ctx context.Context, size int64, expected digest.Digest, opts ...content.Opt) error {
-	if s, ok := w.Writer.(content.Syncer); ok {
-		_ = s.Sync()
-	}
 	return w.turns.do(ctx, func() error { return w.Writer.Commit(ctx, size, expected, opts...) })
 }
 

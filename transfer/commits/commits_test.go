@@ -175,61 +175,6 @@ func TestEveryWriteTakesItsTurn(t *testing.T) {
 	}
 }
 
-// syncingWriter is a blob writer that records its syncs and commits, in
-// order.
-type syncingWriter struct {
-	content.Writer
-	mu     sync.Mutex
-	calls  []string
-	synced chan struct{} // closed at the first sync
-}
-
-func (w *syncingWriter) record(call string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if call == "sync" && len(w.calls) == 0 {
-		close(w.synced)
-	}
-	w.calls = append(w.calls, call)
-}
-
-func (w *syncingWriter) Sync() error { w.record("sync"); return nil }
-
-func (w *syncingWriter) Commit(context.Context, int64, digest.Digest, ...content.Opt) error {
-	w.record("commit")
-	return nil
-}
-
-// TestBlobSyncedBeforeItsTurn: a blob's data goes to disk while another
-// pull's write holds the turn, so that the sync the store makes within
-// the commit's turn has nothing left to write.
-func TestBlobSyncedBeforeItsTurn(t *testing.T) {
-	turns := New()
-	sw := &syncingWriter{synced: make(chan struct{})}
-	w := writer{Writer: sw, turns: turns}
-	ctx := context.Background()
-	release, err := turns.lane.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- w.Commit(ctx, 0, "") }()
-	select {
-	case <-sw.synced:
-	case err := <-done:
-		t.Fatalf("the commit ran while another held the turn: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the blob was not synced while another write held the turn")
-	}
-	release()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(sw.calls, ","); got != "sync,commit" {
-		t.Fatalf("calls %s, want sync,commit", got)
-	}
-}
-
 // TestWriteSeconds: pullwise_metadata_write_seconds splits each write's
 // time into its wait for a turn and the write itself: a write that waited
 // while another held the turn for a second shows that second as its turn,
