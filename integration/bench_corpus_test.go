@@ -5,7 +5,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -37,15 +36,6 @@ func (e *env) clean(b *testing.B, refs []string) {
 		}
 	}
 	e.collectGarbage()
-}
-
-// benchProfiles are the network profiles to run: PULLWISE_BENCH_PROFILES,
-// comma-separated, or both.
-func benchProfiles() []string {
-	if p := os.Getenv("PULLWISE_BENCH_PROFILES"); p != "" {
-		return strings.Split(p, ",")
-	}
-	return []string{"loopback", "wan"}
 }
 
 // BenchmarkCorpusNodeBoot: what a node pulls as it boots (corpus.NodeBoot:
@@ -91,10 +81,13 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 	imgs := buildCorpus(b, scenario)
 	// In the big-and-small scenario the first image is the big one.
 	bigFirst := imgs[0].Name == "big"
-	for _, profile := range benchProfiles() {
+	for _, profile := range []string{"loopback", "wan"} {
+		if !daemon.ProfileWanted(profile) {
+			continue
+		}
 		b.Run(profile, func(b *testing.B) {
-			c := newContenders(b, gateConfig(benchLimit, "0s"))
-			if noiseWanted() {
+			c := newContenders(b, gateConfig(daemon.Limit(b), "0s"))
+			if daemon.Noise() {
 				c = c.withNoise()
 			}
 			host := c.pullwise.upstream.Host()
@@ -114,7 +107,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 				refs = append(refs, host+"/"+repo+":v1")
 			}
 			if i := slices.IndexFunc(imgs, func(img corpus.Built) bool { return img.Name == "pause" }); i >= 0 {
-				c.pinSandbox(b, refs[i], gateConfig(benchLimit, "0s"))
+				c.pinSandbox(b, refs[i], gateConfig(daemon.Limit(b), "0s"))
 			}
 
 			// Each image's share of the work, alone: the least CPU either

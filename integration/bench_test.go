@@ -26,8 +26,6 @@ import (
 // containerd module side by side, on one registry, and report both and
 // their ratio. `make bench` runs them; docs/benchmarks.md has results.
 
-var benchLimit = envInt("PULLWISE_BENCH_LIMIT", 3) // max_parallel_image_pulls for Pullwise
-
 type contenders struct {
 	stock, pullwise *env
 	// again is a second stock daemon, started by withNoise: stock's time
@@ -37,10 +35,6 @@ type contenders struct {
 	// criImages is the CRI image plugin TOML the daemons run with.
 	criImages string
 }
-
-// noiseWanted says whether PULLWISE_BENCH_NOISE asks for the second stock
-// daemon. It is off by default as it makes each burst half as long again.
-func noiseWanted() bool { return os.Getenv("PULLWISE_BENCH_NOISE") != "" }
 
 // withNoise starts c's second stock daemon, configured as c.stock.
 func (c contenders) withNoise() contenders {
@@ -271,8 +265,11 @@ func BenchmarkManyLayers(b *testing.B) {
 func benchBurst(b *testing.B, name, criImages string, image func(j int) registry.Image) {
 	const pulls = 20
 	for _, profile := range []string{"loopback", "wan"} {
+		if !daemon.ProfileWanted(profile) {
+			continue
+		}
 		b.Run(profile, func(b *testing.B) {
-			c := newContendersWith(b, gateConfig(benchLimit, "0s"), criImages)
+			c := newContendersWith(b, gateConfig(daemon.Limit(b), "0s"), criImages)
 			host := c.pullwise.upstream.Host()
 			if profile == "wan" {
 				host = c.pullwise.upstream.ServeWAN(b, registry.DefaultWAN)
@@ -382,7 +379,7 @@ func smallestShare(pulls, n int, image func(j int) registry.Image) float64 {
 
 // BenchmarkIdenticalPulls: 20 concurrent pulls of one image of 4 layers.
 func BenchmarkIdenticalPulls(b *testing.B) {
-	c := newContenders(b, gateConfig(benchLimit, "0s"))
+	c := newContenders(b, gateConfig(daemon.Limit(b), "0s"))
 	wall, reqs := map[string]time.Duration{}, map[string]int{}
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
@@ -416,7 +413,7 @@ func BenchmarkIdenticalPulls(b *testing.B) {
 // kubelet's Always (CRI PullImage), on stock containerd and on Pullwise, and
 // on Pullwise with IfNewerNotPresent (the pod annotation).
 func BenchmarkRepull(b *testing.B) {
-	c := newContenders(b, gateConfig(benchLimit, "0s"))
+	c := newContenders(b, gateConfig(daemon.Limit(b), "0s"))
 	img := c.pullwise.upstream.Push(b, "bench/repull", "v1", registry.Image{Layers: []int64{1 << 20, 1 << 20}, Seed: 30000})
 	ctx := context.Background()
 	plain := criImage(img.Ref)
@@ -461,12 +458,4 @@ func BenchmarkRepull(b *testing.B) {
 	}
 	b.ReportMetric(float64(lat["pullwise"])/float64(lat["stock"]), "latency-ratio")
 	b.ReportMetric(float64(lat["ifnewer"])/float64(lat["stock"]), "ifnewer-latency-ratio")
-}
-
-func envInt(name string, def int) int {
-	var v int
-	if _, err := fmt.Sscan(os.Getenv(name), &v); err != nil {
-		return def
-	}
-	return v
 }

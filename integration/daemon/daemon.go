@@ -269,20 +269,6 @@ func (d *Daemon) ProfileAsked(t testing.TB, name string) (wait func()) {
 	return profiled.Wait
 }
 
-// profileSeconds is PULLWISE_BENCH_PROFILE_SECONDS, 2 when unset.
-func profileSeconds(t testing.TB) int {
-	t.Helper()
-	s := os.Getenv("PULLWISE_BENCH_PROFILE_SECONDS")
-	if s == "" {
-		return 2
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		t.Fatalf("PULLWISE_BENCH_PROFILE_SECONDS=%q: want a whole number of seconds, 1 or more", s)
-	}
-	return n
-}
-
 // CPUTime is the user and system CPU time containerd has used so far.
 func (d *Daemon) CPUTime(t testing.TB) time.Duration {
 	t.Helper()

@@ -1,11 +1,5 @@
 package daemon
 
-import (
-	"os"
-	"strconv"
-	"testing"
-)
-
 // Order is the order in which the daemons named go in the i-th burst of
 // a side-by-side benchmark, so that none always meets a cold registry or
 // a disk still writing back the last one's work: two alternate; three go
@@ -28,20 +22,3 @@ func Order(i int, names ...string) []string {
 }
 
 var orders3 = [][3]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}, {1, 0, 2}, {0, 2, 1}}
-
-// Burst is the number of this benchmark process in a set of runs,
-// PULLWISE_BENCH_BURST (0 when unset). A process starts the daemons' turns
-// (Order) there, so that a set of processes, each with its number, takes
-// turns as the bursts of one process do.
-func Burst(t testing.TB) int {
-	t.Helper()
-	s := os.Getenv("PULLWISE_BENCH_BURST")
-	if s == "" {
-		return 0
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		t.Fatalf("PULLWISE_BENCH_BURST=%q: want the number of this process in a set of runs: 0, 1, 2, ...", s)
-	}
-	return n
-}

@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -48,43 +46,5 @@ func TestOrder(t *testing.T) {
 	}
 	if len(seen) != 3 {
 		t.Errorf("in the first three bursts the first were %v, want each once", seen)
-	}
-}
-
-// fatalRecorder is a testing.TB whose Fatalf records its message and
-// returns, so that a test can see what a helper refuses.
-type fatalRecorder struct {
-	testing.TB
-	msg string
-}
-
-func (f *fatalRecorder) Helper() {}
-
-func (f *fatalRecorder) Fatalf(format string, args ...any) { f.msg = fmt.Sprintf(format, args...) }
-
-func TestBurst(t *testing.T) {
-	for _, tc := range []struct {
-		env     string
-		want    int
-		refused bool
-	}{
-		{env: "", want: 0},
-		{env: "0", want: 0},
-		{env: "4", want: 4},
-		{env: "-1", refused: true},
-		{env: "two", refused: true},
-	} {
-		t.Setenv("PULLWISE_BENCH_BURST", tc.env)
-		rec := &fatalRecorder{TB: t}
-		got := Burst(rec)
-		if tc.refused {
-			if !strings.Contains(rec.msg, "PULLWISE_BENCH_BURST") {
-				t.Errorf("PULLWISE_BENCH_BURST=%q: not refused (Burst gave %d)", tc.env, got)
-			}
-			continue
-		}
-		if rec.msg != "" || got != tc.want {
-			t.Errorf("PULLWISE_BENCH_BURST=%q: Burst = %d (refusal %q), want %d", tc.env, got, rec.msg, tc.want)
-		}
 	}
 }

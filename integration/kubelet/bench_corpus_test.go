@@ -96,7 +96,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 		repos = append(repos, repo)
 	}
 	for i, prof := range benchProfiles {
-		if !profileWanted(prof.name) {
+		if !daemon.ProfileWanted(prof.name) {
 			continue
 		}
 		b.Run(prof.name, func(b *testing.B) {
@@ -105,12 +105,12 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 			type contender struct{ binary, config, transfer string }
 			contenders := map[string]contender{
 				"stock":    {stockBin, "", ""},
-				"pullwise": {"", benchPullwiseConfig, os.Getenv("PULLWISE_BENCH_TRANSFER")},
+				"pullwise": {"", benchPullwiseConfig(b), os.Getenv("PULLWISE_BENCH_TRANSFER")},
 			}
 			names := []string{"stock", "pullwise"}
 			// PULLWISE_BENCH_NOISE: a second stock node, whose ratio to
 			// the first is how far stock moves against itself in a run.
-			if os.Getenv("PULLWISE_BENCH_NOISE") != "" {
+			if daemon.Noise() {
 				contenders["again"] = contenders["stock"]
 				names = append(names, "again")
 			}

@@ -22,16 +22,6 @@ import (
 
 const benchPods = 20
 
-// benchLimit is Pullwise's max_parallel_image_pulls, as in ./integration's
-// benchmarks.
-var benchLimit = func() int {
-	var v int
-	if _, err := fmt.Sscan(os.Getenv("PULLWISE_BENCH_LIMIT"), &v); err != nil {
-		return 3
-	}
-	return v
-}()
-
 // benchProfiles are the network profiles of the kubelet benchmarks, in
 // the order they run; a profile's index picks its runtimes' order
 // (daemon.Order), whichever profiles PULLWISE_BENCH_PROFILES leaves out.
@@ -40,16 +30,10 @@ var benchProfiles = []struct {
 	wan  *registry.WAN
 }{{"loopback", nil}, {"wan", &registry.DefaultWAN}}
 
-// profileWanted says whether PULLWISE_BENCH_PROFILES (comma-separated;
-// unset: every profile) asks for the profile name, as in ./integration's
-// benchmarks.
-func profileWanted(name string) bool {
-	p := os.Getenv("PULLWISE_BENCH_PROFILES")
-	return p == "" || slices.Contains(strings.Split(p, ","), name)
-}
-
 // benchPullwiseConfig is Pullwise's plugin TOML on the benchmarks' nodes.
-var benchPullwiseConfig = fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", benchLimit)
+func benchPullwiseConfig(t testing.TB) string {
+	return fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", daemon.Limit(t))
+}
 
 // podStarts holds each pod's time to Running, sorted.
 type podStarts []time.Duration
@@ -77,13 +61,13 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 	}
 
 	for i, prof := range benchProfiles {
-		if !profileWanted(prof.name) {
+		if !daemon.ProfileWanted(prof.name) {
 			continue
 		}
 		b.Run(prof.name, func(b *testing.B) {
 			contenders := map[string]struct{ binary, config string }{
 				"stock":    {stockBin, ""},
-				"pullwise": {"", benchPullwiseConfig},
+				"pullwise": {"", benchPullwiseConfig(b)},
 			}
 			results := map[string]podStarts{}
 			for _, name := range daemon.Order(daemon.Burst(b)+i, "stock", "pullwise") {
@@ -125,7 +109,7 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 					b.ReportMetric(ratio(podStarts.median), "median-ratio")
 					b.ReportMetric(ratio(podStarts.last), "last-ratio")
 					b.Logf("%s, %d pods, max_parallel_image_pulls=%d: stock first/median/last %.2f/%.2f/%.2f s, pullwise %.2f/%.2f/%.2f s; pullwise/stock first %.2f median %.2f last %.2f",
-						prof.name, benchPods, benchLimit,
+						prof.name, benchPods, daemon.Limit(b),
 						s.first().Seconds(), s.median().Seconds(), s.last().Seconds(),
 						p.first().Seconds(), p.median().Seconds(), p.last().Seconds(),
 						ratio(podStarts.first), ratio(podStarts.median), ratio(podStarts.last))

@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The benchmarks' settings, PULLWISE_BENCH_* (docs/benchmarks.md,
+// "Reproduce"), are read here for both benchmark packages, ./integration
+// and ./integration/kubelet, so that a setting means the same in both,
+// and a mistyped number fails the run rather than running a benchmark
+// other than the one asked for.
+
+// Limit is Pullwise's max_parallel_image_pulls in the benchmarks,
+// PULLWISE_BENCH_LIMIT: 3 when unset, 0 for no limit.
+func Limit(t testing.TB) int {
+	t.Helper()
+	return settingInt(t, "PULLWISE_BENCH_LIMIT", 3, 0, "max_parallel_image_pulls: 0 (no limit), 1, 2, ...")
+}
+
+// Burst is the number of this benchmark process in a set of runs,
+// PULLWISE_BENCH_BURST (0 when unset). A process starts the daemons' turns
+// (Order) there, so that a set of processes, each with its number, takes
+// turns as the bursts of one process do.
+func Burst(t testing.TB) int {
+	t.Helper()
+	return settingInt(t, "PULLWISE_BENCH_BURST", 0, 0, "the number of this process in a set of runs: 0, 1, 2, ...")
+}
+
+// profileSeconds is how long ProfileAsked profiles,
+// PULLWISE_BENCH_PROFILE_SECONDS (2 when unset).
+func profileSeconds(t testing.TB) int {
+	t.Helper()
+	return settingInt(t, "PULLWISE_BENCH_PROFILE_SECONDS", 2, 1, "a whole number of seconds, 1 or more")
+}
+
+// ProfileWanted says whether PULLWISE_BENCH_PROFILES (network profiles,
+// comma-separated; every one when unset) asks for the profile name.
+func ProfileWanted(name string) bool {
+	p := os.Getenv("PULLWISE_BENCH_PROFILES")
+	return p == "" || slices.Contains(strings.Split(p, ","), name)
+}
+
+// Noise says whether PULLWISE_BENCH_NOISE asks for a second stock daemon
+// (or node) beside the first, whose ratio to the first is how far stock
+// moves against itself in a run. It is off by default, as it makes each
+// burst half as long again.
+func Noise() bool { return os.Getenv("PULLWISE_BENCH_NOISE") != "" }
+
+// settingInt is the whole number the environment variable name holds, def
+// when unset; it fails t on anything else, or on a number below least,
+// saying what is wanted.
+func settingInt(t testing.TB, name string, def, least int, want string) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < least {
+		t.Fatalf("%s=%q: want %s", name, s, want)
+	}
+	return n
+}

@@ -1,0 +1,82 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// fatalRecorder is a testing.TB whose Fatalf records its message and
+// returns, so that a test can see what a helper refuses.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Helper() {}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) { f.msg = fmt.Sprintf(format, args...) }
+
+// TestNumberSettings: each numeric setting gives its default when unset,
+// the number it holds, and refuses what is not a number or is below its
+// least, naming itself.
+func TestNumberSettings(t *testing.T) {
+	settings := []struct {
+		env   string
+		read  func(testing.TB) int
+		def   int
+		least int
+	}{
+		{"PULLWISE_BENCH_LIMIT", Limit, 3, 0},
+		{"PULLWISE_BENCH_BURST", Burst, 0, 0},
+		{"PULLWISE_BENCH_PROFILE_SECONDS", profileSeconds, 2, 1},
+	}
+	for _, s := range settings {
+		for _, tc := range []struct {
+			value   string
+			want    int
+			refused bool
+		}{
+			{value: "", want: s.def},
+			{value: fmt.Sprint(s.least), want: s.least},
+			{value: "4", want: 4},
+			{value: fmt.Sprint(s.least - 1), refused: true},
+			{value: "two", refused: true},
+			{value: "4 ", refused: true},
+		} {
+			t.Setenv(s.env, tc.value)
+			rec := &fatalRecorder{TB: t}
+			got := s.read(rec)
+			if tc.refused {
+				if !strings.Contains(rec.msg, s.env) {
+					t.Errorf("%s=%q: not refused (read %d)", s.env, tc.value, got)
+				}
+				continue
+			}
+			if rec.msg != "" || got != tc.want {
+				t.Errorf("%s=%q: read %d (refusal %q), want %d", s.env, tc.value, got, rec.msg, tc.want)
+			}
+		}
+	}
+}
+
+func TestProfileWanted(t *testing.T) {
+	for _, tc := range []struct {
+		env           string
+		loopback, wan bool
+	}{
+		{"", true, true},
+		{"loopback", true, false},
+		{"wan", false, true},
+		{"wan,loopback", true, true},
+		{"lo", false, false},
+	} {
+		t.Setenv("PULLWISE_BENCH_PROFILES", tc.env)
+		if got := ProfileWanted("loopback"); got != tc.loopback {
+			t.Errorf("PULLWISE_BENCH_PROFILES=%q: loopback wanted %v, want %v", tc.env, got, tc.loopback)
+		}
+		if got := ProfileWanted("wan"); got != tc.wan {
+			t.Errorf("PULLWISE_BENCH_PROFILES=%q: wan wanted %v, want %v", tc.env, got, tc.wan)
+		}
+	}
+}
