@@ -78,7 +78,15 @@ func (s Store) Update(ctx context.Context, img images.Image, fieldpaths ...strin
 // write runs write, and creates img's aliases in its transaction. topic is
 // where write publishes: the store publishes nothing inside a transaction,
 // so the events of the records written go out after it.
+//
+// A record written within the caller's own transaction is written alone:
+// opening another would wait for the caller's to end, forever, and one
+// joined could not be rolled back alone when an alias fails, nor its
+// events sent once it commits.
 func (s Store) write(ctx context.Context, img images.Image, topic string, write func(context.Context) (images.Image, error)) (images.Image, error) {
+	if _, inTx := boltutil.Transaction(ctx); inTx {
+		return write(ctx)
+	}
 	names := s.aliases(ctx, img)
 	if len(names) == 0 || s.DB == nil {
 		return write(ctx)

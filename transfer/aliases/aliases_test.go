@@ -3,7 +3,9 @@ package aliases
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -13,11 +15,13 @@ import (
 	"github.com/containerd/containerd/v2/core/events/exchange"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/metadata"
+	"github.com/containerd/containerd/v2/core/metadata/boltutil"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	bolt "go.etcd.io/bbolt"
 
 	eventstypes "github.com/containerd/containerd/api/events"
 
@@ -45,6 +49,7 @@ func TestStoreWritesAliasesWithTheRecord(t *testing.T) {
 		before    []images.Image // records there before the write
 		names     Names          // nil: none in the context
 		write     func(ctx context.Context, s images.Store) error
+		callerTx  bool // write within a transaction of the caller's
 		wantErr   error
 		want      []string // records of target("new") with labels
 		absent    []string
@@ -129,6 +134,15 @@ func TestStoreWritesAliasesWithTheRecord(t *testing.T) {
 			events: []string{topicUpdate + " " + tag},
 		},
 		{
+			name:     "within the caller's transaction",
+			names:    names(id, dig),
+			write:    create,
+			callerTx: true,
+			want:     []string{tag},
+			absent:   []string{id, dig},
+			writes:   1,
+		},
+		{
 			name:      "a create of a record that exists writes nothing",
 			before:    []images.Image{{Name: tag, Target: target("old")}},
 			names:     names(id),
@@ -157,7 +171,25 @@ func TestStoreWritesAliasesWithTheRecord(t *testing.T) {
 			if tc.names != nil {
 				ctx = With(ctx, tc.names)
 			}
-			err := tc.write(ctx, Store{Store: failing{plain}, DB: db})
+			s := Store{Store: failing{plain}, DB: db}
+			var err error
+			if tc.callerTx {
+				done := make(chan error, 1)
+				go func() {
+					done <- db.Update(func(tx *bolt.Tx) error { return tc.write(boltutil.WithTransaction(ctx, tx), s) })
+				}()
+				select {
+				case err = <-done:
+				case <-time.After(10 * time.Second):
+					// Not Fatal, nor a panic: either runs the test's
+					// cleanups, and closing the database waits for the
+					// stuck transaction for good.
+					fmt.Fprintf(os.Stderr, "--- FAIL: %s: the write within the caller's transaction did not return: it waits for a transaction of its own\n", t.Name())
+					os.Exit(1)
+				}
+			} else {
+				err = tc.write(ctx, s)
+			}
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("write: %v, want %v", err, tc.wantErr)
 			}
