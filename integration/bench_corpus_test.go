@@ -2,9 +2,10 @@ package integration
 
 import (
 	"context"
-	"os"
+	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +37,15 @@ func (e *env) clean(b *testing.B, refs []string) {
 		}
 	}
 	e.collectGarbage()
+}
+
+// byImage pairs each image's name with its time, in the order of imgs.
+func byImage(imgs []corpus.Built, times []time.Duration) string {
+	out := make([]string, len(times))
+	for i, d := range times {
+		out[i] = fmt.Sprintf("%s %.2fs", imgs[i].Name, d.Seconds())
+	}
+	return strings.Join(out, ", ")
 }
 
 // BenchmarkCorpusNodeBoot: what a node pulls as it boots (corpus.NodeBoot:
@@ -148,9 +158,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0
 					peak[name] = max(peak[name], e.d.PeakRSS(b))
-					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
-						b.Logf("%s completions, in the order asked: %v", name, each)
-					}
+					daemon.Verbosef(b, "%s completions, in the order asked: %s", name, byImage(imgs, each))
 					d := slices.Sorted(slices.Values(each))
 					first[name] += d[0]
 					med[name] += median(d)

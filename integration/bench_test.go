@@ -304,9 +304,7 @@ func benchBurst(b *testing.B, name, criImages string, image func(j int) registry
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0
 					profiled()
-					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
-						b.Logf("%s completions: %v", name, d)
-					}
+					daemon.Verbosef(b, "%s completions: %v", name, d)
 					med[name] += median(d)
 					span[name] += d[len(d)-1]
 				})

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -49,6 +50,25 @@ func ProfileWanted(name string) bool {
 // moves against itself in a run. It is off by default, as it makes each
 // burst half as long again.
 func Noise() bool { return os.Getenv("PULLWISE_BENCH_NOISE") != "" }
+
+// Verbose says whether PULLWISE_BENCH_VERBOSE asks for every pull's or
+// pod's time, and where a burst's time went.
+func Verbose() bool { return os.Getenv("PULLWISE_BENCH_VERBOSE") != "" }
+
+// DebugLog says whether PULLWISE_BENCH_VERBOSE=debug asks for the daemons
+// to log at debug level, whose lines the kubelet corpus's timelines
+// include. Only when asked: a debug log costs CPU the figures would count.
+func DebugLog() bool { return os.Getenv("PULLWISE_BENCH_VERBOSE") == "debug" }
+
+// Verbosef writes a line that PULLWISE_BENCH_VERBOSE asks for, under t's
+// name, to the standard error, and nothing when it is not asked for. Not
+// t.Logf: the testing package cuts a benchmark's log to its first ten
+// lines, and a burst of forty images has more.
+func Verbosef(t testing.TB, format string, args ...any) {
+	if Verbose() {
+		fmt.Fprintf(os.Stderr, "    %s: %s\n", t.Name(), fmt.Sprintf(format, args...))
+	}
+}
 
 // settingInt is the whole number the environment variable name holds, def
 // when unset; it fails t on anything else, or on a number below least,

@@ -159,7 +159,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					if !prePull {
 						run.cpu, run.peakRSS = n.d.CPUTime(b)-cpu0, n.d.PeakRSS(b)
 					}
-					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
+					if daemon.Verbose() {
 						// Where each pull's time went (Pullwise logs it), to
 						// stderr: a benchmark's log is cut after ten lines.
 						printTimelines(prof.name+" "+name, prePull, n.d.Log())
@@ -221,7 +221,7 @@ var timelineLines = []string{"image pull timeline", "layer unpacked in its lane"
 // benchLogLevel is the nodes' containerd log level: debug only when asked,
 // as a debug log costs CPU the figures would count.
 func benchLogLevel() string {
-	if os.Getenv("PULLWISE_BENCH_VERBOSE") == "debug" {
+	if daemon.DebugLog() {
 		return "debug"
 	}
 	return "info"
@@ -237,9 +237,7 @@ func logCorpusRun(b *testing.B, who string, run *corpusRun, bigFirst bool) {
 		b.Logf("%s: big pod Running %.2f s (floor %.2f), small pods' median %.2f s (floor %.2f)", who,
 			run.cold[0].Seconds(), run.floor[0].Seconds(), sorted(run.cold[1:]).median().Seconds(), sorted(run.floor[1:]).median().Seconds())
 	}
-	if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
-		b.Logf("%s: pods Running after %v, by pod; floor %v", who, run.cold, run.floor)
-	}
+	daemon.Verbosef(b, "%s: pods Running after %v, by pod; floor %v", who, run.cold, run.floor)
 }
 
 // reportCorpusRatios reports Pullwise's figures over stock's as

@@ -96,9 +96,7 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 					b.ReportMetric(starts.first().Seconds(), "first-s")
 					b.ReportMetric(starts.median().Seconds(), "median-s")
 					b.ReportMetric(starts.last().Seconds(), "last-s")
-					if os.Getenv("PULLWISE_BENCH_VERBOSE") != "" {
-						b.Logf("%s: pods Running after %v", name, starts)
-					}
+					daemon.Verbosef(b, "%s: pods Running after %v", name, starts)
 					// The second contender reports the ratios.
 					s, p := results["stock"], results["pullwise"]
 					if s == nil || p == nil {
