@@ -39,11 +39,12 @@ func (e *env) clean(b *testing.B, refs []string) {
 	e.collectGarbage()
 }
 
-// byImage pairs each image's name with its time, in the order of imgs.
+// byImage pairs each image's name and size on the wire with its time, in
+// the order of imgs.
 func byImage(imgs []corpus.Built, times []time.Duration) string {
 	out := make([]string, len(times))
 	for i, d := range times {
-		out[i] = fmt.Sprintf("%s %.2fs", imgs[i].Name, d.Seconds())
+		out[i] = fmt.Sprintf("%s (%d MiB) %.2fs", imgs[i].Name, imgs[i].Bytes>>20, d.Seconds())
 	}
 	return strings.Join(out, ", ")
 }
