@@ -143,6 +143,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			first, med, span := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}
 			smallMed, big := map[string]time.Duration{}, map[string]time.Duration{}
 			cpu, daemonCPU, peak := map[string]time.Duration{}, map[string]time.Duration{}, map[string]int64{}
+			var written float64 // seconds Pullwise's pulls' writes held the metadata database
 			for b.Loop() {
 				c.each(b, corpusRuns, func(name string, e *env) {
 					b.StopTimer()
@@ -153,8 +154,12 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					b.StartTimer()
 					profiled := profileBurst(b, e, name, profile, corpusRuns)
 					cpu0, own0 := e.d.CPUTime(b), ownCPU(b)
+					written0 := e.metric(writeSecondsSum)
 					each := pullEach(b, e, refs)
 					used := e.d.CPUTime(b) - cpu0
+					if name == "pullwise" {
+						written += e.metric(writeSecondsSum) - written0
+					}
 					profiled()
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0
@@ -204,9 +209,22 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 				b.ReportMetric(daemonCPU[who].Seconds()/n, who+"-daemon-cpu-s")
 				b.ReportMetric(float64(peak[who])/(1<<20), who+"-peak-rss-MiB")
 			}
+			// The pulls' writes hold the database one at a time, so
+			// their time is a floor under the burst's makespan that no
+			// order of the pulls lowers; its share of the makespan says
+			// how much of the burst waited on the database. Stock makes
+			// the same writes (docs/benchmarks.md, Deep) but does not
+			// count them.
+			b.ReportMetric(written/n, "pullwise-write-s")
+			b.ReportMetric(written/span["pullwise"].Seconds(), "pullwise-write-share")
 		})
 	}
 }
+
+// writeSecondsSum is the time Pullwise's pulls' writes held the metadata
+// database so far (transfer/commits); stock has no such metric, and reads
+// as 0.
+const writeSecondsSum = `pullwise_metadata_write_seconds_sum{phase="write"}`
 
 func indexes(n int) []int {
 	idx := make([]int, n)
