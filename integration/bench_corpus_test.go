@@ -209,12 +209,11 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 				b.ReportMetric(daemonCPU[who].Seconds()/n, who+"-daemon-cpu-s")
 				b.ReportMetric(float64(peak[who])/(1<<20), who+"-peak-rss-MiB")
 			}
-			// The pulls' writes hold the database one at a time, so
-			// their time is a floor under the burst's makespan that no
-			// order of the pulls lowers; its share of the makespan says
-			// how much of the burst waited on the database. Stock makes
-			// the same writes (docs/benchmarks.md, Deep) but does not
-			// count them.
+			// The pulls' writes hold the database one at a time, so the
+			// burst cannot be shorter than their time, and its share of
+			// the makespan says how much of the burst waited on the
+			// database ("The write floor" in docs/benchmarks.md). Stock
+			// makes the same writes but does not count them.
 			b.ReportMetric(written/n, "pullwise-write-s")
 			b.ReportMetric(written/span["pullwise"].Seconds(), "pullwise-write-share")
 		})
