@@ -265,7 +265,7 @@ func BenchmarkManyLayers(b *testing.B) {
 func benchBurst(b *testing.B, name, criImages string, image func(j int) registry.Image) {
 	const pulls = 20
 	for _, profile := range []string{"loopback", "wan"} {
-		if !daemon.ProfileWanted(profile) {
+		if !daemon.ProfileWanted(b, profile) {
 			continue
 		}
 		b.Run(profile, func(b *testing.B) {

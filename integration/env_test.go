@@ -192,6 +192,13 @@ func (e *env) pullctl(args ...string) (string, error) {
 // Prometheus text form, e.g. `x_total{a="b"}`) match exactly, or 0.
 func (e *env) metric(sample string) float64 {
 	e.t.Helper()
+	v, _ := e.metricOK(sample)
+	return v
+}
+
+// metricOK is metric, and whether the daemon reports the sample at all.
+func (e *env) metricOK(sample string) (float64, bool) {
+	e.t.Helper()
 	// No keep-alive, so scraping leaves no connection (and goroutines)
 	// behind in containerd.
 	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
@@ -209,10 +216,10 @@ func (e *env) metric(sample string) float64 {
 			if err != nil {
 				e.t.Fatalf("metric %s: %v", sample, err)
 			}
-			return v
+			return v, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // eventually polls cond until it holds, failing the test naming what once

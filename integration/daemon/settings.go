@@ -38,11 +38,26 @@ func profileSeconds(t testing.TB) int {
 	return settingInt(t, "PULLWISE_BENCH_PROFILE_SECONDS", 2, 1, "a whole number of seconds, 1 or more")
 }
 
+// profiles are the benchmarks' network profiles.
+var profiles = []string{"loopback", "wan"}
+
 // ProfileWanted says whether PULLWISE_BENCH_PROFILES (network profiles,
-// comma-separated; every one when unset) asks for the profile name.
-func ProfileWanted(name string) bool {
+// comma-separated; every one when unset) asks for the profile name. It
+// fails t on a name that is not a profile, which would otherwise run
+// nothing and pass.
+func ProfileWanted(t testing.TB, name string) bool {
+	t.Helper()
 	p := os.Getenv("PULLWISE_BENCH_PROFILES")
-	return p == "" || slices.Contains(strings.Split(p, ","), name)
+	if p == "" {
+		return true
+	}
+	asked := strings.Split(p, ",")
+	for _, a := range asked {
+		if !slices.Contains(profiles, a) {
+			t.Fatalf("PULLWISE_BENCH_PROFILES=%q: want %s, comma-separated", p, strings.Join(profiles, " or "))
+		}
+	}
+	return slices.Contains(asked, name)
 }
 
 // Noise says whether PULLWISE_BENCH_NOISE asks for a second stock daemon

@@ -60,23 +60,38 @@ func TestNumberSettings(t *testing.T) {
 	}
 }
 
+// TestProfileWanted: the profiles asked for are wanted, every one when
+// none is asked for, and a name that is not a profile is refused.
 func TestProfileWanted(t *testing.T) {
 	for _, tc := range []struct {
 		env           string
 		loopback, wan bool
+		refused       bool
 	}{
-		{"", true, true},
-		{"loopback", true, false},
-		{"wan", false, true},
-		{"wan,loopback", true, true},
-		{"lo", false, false},
+		{env: "", loopback: true, wan: true},
+		{env: "loopback", loopback: true},
+		{env: "wan", wan: true},
+		{env: "wan,loopback", loopback: true, wan: true},
+		{env: "lo", refused: true},
+		{env: "WAN", refused: true},
+		{env: "wan,", refused: true},
 	} {
 		t.Setenv("PULLWISE_BENCH_PROFILES", tc.env)
-		if got := ProfileWanted("loopback"); got != tc.loopback {
-			t.Errorf("PULLWISE_BENCH_PROFILES=%q: loopback wanted %v, want %v", tc.env, got, tc.loopback)
-		}
-		if got := ProfileWanted("wan"); got != tc.wan {
-			t.Errorf("PULLWISE_BENCH_PROFILES=%q: wan wanted %v, want %v", tc.env, got, tc.wan)
+		for _, p := range []struct {
+			name string
+			want bool
+		}{{"loopback", tc.loopback}, {"wan", tc.wan}} {
+			rec := &fatalRecorder{TB: t}
+			got := ProfileWanted(rec, p.name)
+			if tc.refused {
+				if !strings.Contains(rec.msg, "PULLWISE_BENCH_PROFILES") {
+					t.Errorf("PULLWISE_BENCH_PROFILES=%q: not refused", tc.env)
+				}
+				continue
+			}
+			if rec.msg != "" || got != p.want {
+				t.Errorf("PULLWISE_BENCH_PROFILES=%q: %s wanted %v (refusal %q), want %v", tc.env, p.name, got, rec.msg, p.want)
+			}
 		}
 	}
 }

@@ -96,7 +96,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 		repos = append(repos, repo)
 	}
 	for i, prof := range benchProfiles {
-		if !daemon.ProfileWanted(prof.name) {
+		if !daemon.ProfileWanted(b, prof.name) {
 			continue
 		}
 		b.Run(prof.name, func(b *testing.B) {
@@ -108,8 +108,6 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 				"pullwise": {"", benchPullwiseConfig(b), os.Getenv("PULLWISE_BENCH_TRANSFER")},
 			}
 			names := []string{"stock", "pullwise"}
-			// PULLWISE_BENCH_NOISE: a second stock node, whose ratio to
-			// the first is how far stock moves against itself in a run.
 			if daemon.Noise() {
 				contenders["again"] = contenders["stock"]
 				names = append(names, "again")

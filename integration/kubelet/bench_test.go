@@ -61,7 +61,7 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 	}
 
 	for i, prof := range benchProfiles {
-		if !daemon.ProfileWanted(prof.name) {
+		if !daemon.ProfileWanted(b, prof.name) {
 			continue
 		}
 		b.Run(prof.name, func(b *testing.B) {
