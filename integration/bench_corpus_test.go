@@ -92,12 +92,10 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 	imgs := buildCorpus(b, scenario)
 	// In the big-and-small scenario the first image is the big one.
 	bigFirst := imgs[0].Name == "big"
-	for _, profile := range []string{"loopback", "wan"} {
-		if !daemon.ProfileWanted(b, profile) {
-			continue
-		}
+	for _, profile := range daemon.Profiles(b) {
 		b.Run(profile, func(b *testing.B) {
-			c := newContenders(b, gateConfig(daemon.Limit(b), "0s"))
+			limit := daemon.Limit(b)
+			c := newContenders(b, gateConfig(limit, "0s"))
 			if daemon.Noise() {
 				c = c.withNoise()
 			}
@@ -118,7 +116,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 				refs = append(refs, host+"/"+repo+":v1")
 			}
 			if i := slices.IndexFunc(imgs, func(img corpus.Built) bool { return img.Name == "pause" }); i >= 0 {
-				c.pinSandbox(b, refs[i], gateConfig(daemon.Limit(b), "0s"))
+				c.pinSandbox(b, refs[i], gateConfig(limit, "0s"))
 			}
 
 			// Each image's share of the work, alone: the least CPU either

@@ -46,7 +46,7 @@ func (c contenders) withNoise() contenders {
 // with criImages for CRI's image plugin.
 func stockBeside(pw *env, criImages string) *env {
 	return pw.sibling(daemon.Options{Binary: daemon.Bin("containerd-stock"), LogLevel: "info", CRIImages: criImages,
-		Transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER")})
+		Transfer: daemon.StockTransfer()})
 }
 
 // all are c's daemons by name, in the order burst 0 runs them.
@@ -74,7 +74,7 @@ func newContendersWith(b *testing.B, pullwiseConfig, criImages string) contender
 	// (max_concurrent_unpacks = 2, say), PULLWISE_BENCH_STOCK_TRANSFER the
 	// same for stock: to measure a setting against stock at its defaults,
 	// or both with it.
-	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig, criImages: criImages, transfer: os.Getenv("PULLWISE_BENCH_TRANSFER"), logLevel: "info"})
+	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig, criImages: criImages, transfer: daemon.Transfer(), logLevel: "info"})
 	return contenders{stock: stockBeside(pw, criImages), pullwise: pw, criImages: criImages}
 }
 
@@ -89,10 +89,10 @@ func (c *contenders) pinSandbox(b *testing.B, ref, pullwiseConfig string) {
 	// configured as these.
 	c.criImages = pinned
 	c.pullwise.restartWith(b, envOptions{extraConfig: pullwiseConfig + "  protect_pinned_images = false\n", criImages: pinned,
-		transfer: os.Getenv("PULLWISE_BENCH_TRANSFER"), logLevel: "info"})
+		transfer: daemon.Transfer(), logLevel: "info"})
 	for _, e := range []*env{c.stock, c.again} {
 		if e != nil {
-			e.restartWith(b, envOptions{criImages: pinned, transfer: os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER"), logLevel: "info",
+			e.restartWith(b, envOptions{criImages: pinned, transfer: daemon.StockTransfer(), logLevel: "info",
 				binary: daemon.Bin("containerd-stock")})
 		}
 	}
@@ -264,10 +264,7 @@ func BenchmarkManyLayers(b *testing.B) {
 // profiles, and reports the ratios.
 func benchBurst(b *testing.B, name, criImages string, image func(j int) registry.Image) {
 	const pulls = 20
-	for _, profile := range []string{"loopback", "wan"} {
-		if !daemon.ProfileWanted(b, profile) {
-			continue
-		}
+	for _, profile := range daemon.Profiles(b) {
 		b.Run(profile, func(b *testing.B) {
 			c := newContendersWith(b, gateConfig(daemon.Limit(b), "0s"), criImages)
 			host := c.pullwise.upstream.Host()
@@ -337,7 +334,7 @@ func benchBurst(b *testing.B, name, criImages string, image func(j int) registry
 // CRI" lines of d's log to the file PULLWISE_BENCH_TIMELINES names, under
 // the benchmark's name; without it, nothing.
 func writeTimelines(b *testing.B, d *daemon.Daemon) {
-	path := os.Getenv("PULLWISE_BENCH_TIMELINES")
+	path := daemon.Timelines()
 	if path == "" {
 		return
 	}

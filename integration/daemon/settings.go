@@ -13,7 +13,8 @@ import (
 // "Reproduce"), are read here for both benchmark packages, ./integration
 // and ./integration/kubelet, so that a setting means the same in both,
 // and a mistyped number fails the run rather than running a benchmark
-// other than the one asked for.
+// other than the one asked for. PULLWISE_BENCH_PROFILE and _TRACE are
+// read where they are taken, in ProfileAsked.
 
 // Limit is Pullwise's max_parallel_image_pulls in the benchmarks,
 // PULLWISE_BENCH_LIMIT: 3 when unset, 0 for no limit.
@@ -38,8 +39,21 @@ func profileSeconds(t testing.TB) int {
 	return settingInt(t, "PULLWISE_BENCH_PROFILE_SECONDS", 2, 1, "a whole number of seconds, 1 or more")
 }
 
-// profiles are the benchmarks' network profiles.
+// profiles are the benchmarks' network profiles, in the order they run.
 var profiles = []string{"loopback", "wan"}
+
+// Profiles are the network profiles PULLWISE_BENCH_PROFILES asks for, in
+// the order they run (ProfileWanted).
+func Profiles(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	for _, p := range profiles {
+		if ProfileWanted(t, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // ProfileWanted says whether PULLWISE_BENCH_PROFILES (network profiles,
 // comma-separated; every one when unset) asks for the profile name. It
@@ -65,6 +79,17 @@ func ProfileWanted(t testing.TB, name string) bool {
 // moves against itself in a run. It is off by default, as it makes each
 // burst half as long again.
 func Noise() bool { return os.Getenv("PULLWISE_BENCH_NOISE") != "" }
+
+// Transfer is PULLWISE_BENCH_TRANSFER: TOML lines for Pullwise's transfer
+// plugin table.
+func Transfer() string { return os.Getenv("PULLWISE_BENCH_TRANSFER") }
+
+// StockTransfer is PULLWISE_BENCH_STOCK_TRANSFER: the same for stock's.
+func StockTransfer() string { return os.Getenv("PULLWISE_BENCH_STOCK_TRANSFER") }
+
+// Timelines is the file PULLWISE_BENCH_TIMELINES names, to which the CRI
+// benchmarks append Pullwise's per-pull timelines; "" for none.
+func Timelines() string { return os.Getenv("PULLWISE_BENCH_TIMELINES") }
 
 // Verbose says whether PULLWISE_BENCH_VERBOSE asks for every pull's or
 // pod's time, and where a burst's time went.

@@ -105,7 +105,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 			type contender struct{ binary, config, transfer string }
 			contenders := map[string]contender{
 				"stock":    {stockBin, "", ""},
-				"pullwise": {"", benchPullwiseConfig(b), os.Getenv("PULLWISE_BENCH_TRANSFER")},
+				"pullwise": {"", benchPullwiseConfig(b), daemon.Transfer()},
 			}
 			names := []string{"stock", "pullwise"}
 			if daemon.Noise() {
