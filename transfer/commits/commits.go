@@ -26,6 +26,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/metadata/boltutil"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/opencontainers/go-digest"
@@ -76,8 +77,15 @@ func (t *Turns) Collect(ch chan<- prometheus.Metric) { t.seconds.Collect(ch) }
 // wait ignores ctx's end, as bolt's lock does: a write of a cancelled
 // pull (an abort, a snapshot removed) still runs, and a write waits only
 // for writes, each short.
+//
+// A write within the caller's own transaction runs at once: the caller
+// holds bolt's lock already, and the holder of the turn may be waiting
+// for it, so waiting for the turn would wait forever.
 func (t *Turns) do(ctx context.Context, fn func() error) error {
 	if t == nil {
+		return fn()
+	}
+	if _, inTx := boltutil.Transaction(ctx); inTx {
 		return fn()
 	}
 	asked := t.now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,10 +12,12 @@ import (
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/metadata/boltutil"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/opencontainers/go-digest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/lane"
@@ -127,40 +130,48 @@ func (fakeSnapshotter) View(context.Context, string, string, ...snapshots.Opt) (
 func (fakeSnapshotter) Commit(context.Context, string, string, ...snapshots.Opt) error { return nil }
 func (fakeSnapshotter) Remove(context.Context, string) error                           { return nil }
 
+// write is one of the stores' writes, run with ctx.
+type write struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// everyWrite is each write of the three stores, taking turns.
+func everyWrite(t *testing.T, turns *Turns) []write {
+	cs := Content{Store: fakeContent{}, Turns: turns}
+	sn := Snapshotter{Snapshotter: fakeSnapshotter{}, Turns: turns}
+	imgs := Images{Store: &recordingImages{}, Turns: turns}
+	w, err := cs.Writer(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []write{
+		{"content Update", func(ctx context.Context) error { _, err := cs.Update(ctx, content.Info{}); return err }},
+		{"content Delete", func(ctx context.Context) error { return cs.Delete(ctx, "") }},
+		{"content Writer", func(ctx context.Context) error { _, err := cs.Writer(ctx); return err }},
+		{"content Commit", func(ctx context.Context) error { return w.Commit(ctx, 0, "") }},
+		{"snapshot Prepare", func(ctx context.Context) error { _, err := sn.Prepare(ctx, "k", ""); return err }},
+		{"snapshot View", func(ctx context.Context) error { _, err := sn.View(ctx, "k", ""); return err }},
+		{"snapshot Commit", func(ctx context.Context) error { return sn.Commit(ctx, "n", "k") }},
+		{"snapshot Remove", func(ctx context.Context) error { return sn.Remove(ctx, "k") }},
+		{"image Create", func(ctx context.Context) error { _, err := imgs.Create(ctx, images.Image{}); return err }},
+		{"image Update", func(ctx context.Context) error { _, err := imgs.Update(ctx, images.Image{}); return err }},
+	}
+}
+
 // TestEveryWriteTakesItsTurn: each write of the three stores waits while
 // another holds the turn, and runs once it is given back.
 func TestEveryWriteTakesItsTurn(t *testing.T) {
 	turns := New()
-	cs := Content{Store: fakeContent{}, Turns: turns}
-	sn := Snapshotter{Snapshotter: fakeSnapshotter{}, Turns: turns}
-	imgs := Images{Store: &recordingImages{}, Turns: turns}
 	ctx := context.Background()
-	w, err := cs.Writer(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name  string
-		write func() error
-	}{
-		{"content Update", func() error { _, err := cs.Update(ctx, content.Info{}); return err }},
-		{"content Delete", func() error { return cs.Delete(ctx, "") }},
-		{"content Writer", func() error { _, err := cs.Writer(ctx); return err }},
-		{"content Commit", func() error { return w.Commit(ctx, 0, "") }},
-		{"snapshot Prepare", func() error { _, err := sn.Prepare(ctx, "k", ""); return err }},
-		{"snapshot View", func() error { _, err := sn.View(ctx, "k", ""); return err }},
-		{"snapshot Commit", func() error { return sn.Commit(ctx, "n", "k") }},
-		{"snapshot Remove", func() error { return sn.Remove(ctx, "k") }},
-		{"image Create", func() error { _, err := imgs.Create(ctx, images.Image{}); return err }},
-		{"image Update", func() error { _, err := imgs.Update(ctx, images.Image{}); return err }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, w := range everyWrite(t, turns) {
+		t.Run(w.name, func(t *testing.T) {
 			release, err := turns.lane.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)
-			go func() { done <- tc.write() }()
+			go func() { done <- w.run(ctx) }()
 			await.Until(t, 10*time.Second, "the write to wait for its turn", func() bool { return turns.lane.Waiting() == 1 })
 			select {
 			case err := <-done:
@@ -170,6 +181,44 @@ func TestEveryWriteTakesItsTurn(t *testing.T) {
 			release()
 			if err := <-done; err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestWriteInTheCallersTransactionRunsAtOnce: a write made within the
+// caller's own bolt transaction does not wait for the turn. Its caller
+// holds bolt's lock, which the holder of the turn may be waiting for.
+func TestWriteInTheCallersTransactionRunsAtOnce(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	turns := New()
+	for _, w := range everyWrite(t, turns) {
+		t.Run(w.name, func(t *testing.T) {
+			tx, err := db.Begin(true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			release, err := turns.lane.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Given back at the end, so that a write wrongly waiting ends
+			// with the test.
+			defer release()
+			done := make(chan error, 1)
+			go func() { done <- w.run(boltutil.WithTransaction(context.Background(), tx)) }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the write within the caller's transaction waited for the turn")
 			}
 		})
 	}
