@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -88,6 +89,21 @@ func BenchmarkCorpusBigAndSmall(b *testing.B) {
 // -count the daemons take turns going first, as they do within a run.
 var corpusRuns int
 
+// describe logs what the burst pulls in one line, and each image with
+// PULLWISE_BENCH_VERBOSE: go test keeps only ten lines of a benchmark's
+// log, and a sub-benchmark's, since its parent prints no log of its own.
+func describe(b *testing.B, imgs []corpus.Built) {
+	var bytes int64
+	var layers int
+	for _, img := range imgs {
+		bytes += img.Bytes
+		layers += len(img.Layers)
+		daemon.Verbosef(b, "%s: %s", img.Name, img)
+	}
+	largest := slices.MaxFunc(imgs, func(a, c corpus.Built) int { return cmp.Compare(a.Bytes, c.Bytes) })
+	b.Logf("%d images, %d MiB in %d layers; the largest %s, %s", len(imgs), bytes>>20, layers, largest.Name, largest)
+}
+
 func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus.Image) {
 	imgs := buildCorpus(b, scenario)
 	// In the big-and-small scenario the first image is the big one.
@@ -104,11 +120,9 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 				host = c.pullwise.upstream.ServeWAN(b, registry.DefaultWAN)
 				c.pullwise.writeHostsFor(host, "http://"+host, "")
 			}
+			describe(b, imgs)
 			var refs []string
 			for _, img := range imgs {
-				// Logged here: a benchmark with sub-benchmarks prints no
-				// log of its own.
-				b.Logf("%s: %s", img.Name, img)
 				repo := "corpus/" + name + "/" + img.Name
 				if _, err := c.pullwise.upstream.PushImage(context.Background(), repo, "v1", img.Image); err != nil {
 					b.Fatal(err)
