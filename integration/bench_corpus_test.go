@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -93,15 +92,10 @@ var corpusRuns int
 // PULLWISE_BENCH_VERBOSE: go test keeps only ten lines of a benchmark's
 // log, and a sub-benchmark's, since its parent prints no log of its own.
 func describe(b *testing.B, imgs []corpus.Built) {
-	var bytes int64
-	var layers int
 	for _, img := range imgs {
-		bytes += img.Bytes
-		layers += len(img.Layers)
 		daemon.Verbosef(b, "%s: %s", img.Name, img)
 	}
-	largest := slices.MaxFunc(imgs, func(a, c corpus.Built) int { return cmp.Compare(a.Bytes, c.Bytes) })
-	b.Logf("%d images, %d MiB in %d layers; the largest %s, %s", len(imgs), bytes>>20, layers, largest.Name, largest)
+	b.Logf("%s", corpus.Summary(imgs))
 }
 
 func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus.Image) {
@@ -169,7 +163,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					// bound, and of Pullwise alone: stock has no turns.
 					var written0 float64
 					if name == "pullwise" {
-						written0 = e.writeSeconds()
+						written0 = e.d.WriteSeconds(e.t)
 					}
 					b.StartTimer()
 					profiled := profileBurst(b, e, name, profile, corpusRuns)
@@ -180,7 +174,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0
 					if name == "pullwise" {
-						written += e.writeSeconds() - written0
+						written += e.d.WriteSeconds(e.t) - written0
 					}
 					peak[name] = max(peak[name], e.d.PeakRSS(b))
 					daemon.Verbosef(b, "%s completions, in the order asked: %s", name, byImage(imgs, each))
@@ -237,20 +231,6 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			b.ReportMetric(written/span["pullwise"].Seconds(), "pullwise-write-share")
 		})
 	}
-}
-
-// writeSeconds is how long Pullwise's write turns have been held so far
-// (transfer/commits): each write to the metadata database, with its wait
-// for bolt's lock and, for a blob, the blob's own sync. It fails the
-// benchmark when the daemon does not report it, rather than report a
-// floor of 0.
-func (e *env) writeSeconds() float64 {
-	const sample = `pullwise_metadata_write_seconds_sum{phase="write"}`
-	v, ok := e.metricOK(sample)
-	if !ok {
-		e.t.Fatalf("containerd reports no %s", sample)
-	}
-	return v
 }
 
 func indexes(n int) []int {

@@ -1,12 +1,9 @@
 package integration
 
 import (
-	"bufio"
 	"context"
-	"net/http"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -199,27 +196,7 @@ func (e *env) metric(sample string) float64 {
 // metricOK is metric, and whether the daemon reports the sample at all.
 func (e *env) metricOK(sample string) (float64, bool) {
 	e.t.Helper()
-	// No keep-alive, so scraping leaves no connection (and goroutines)
-	// behind in containerd.
-	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + e.d.MetricsAddr + "/v1/metrics")
-	if err != nil {
-		e.t.Fatalf("scrape metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if ok && name == sample {
-			v, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				e.t.Fatalf("metric %s: %v", sample, err)
-			}
-			return v, true
-		}
-	}
-	return 0, false
+	return e.d.Metric(e.t, sample)
 }
 
 // eventually polls cond until it holds, failing the test naming what once

@@ -102,3 +102,23 @@ func TestBuildIsStable(t *testing.T) {
 		t.Fatalf("two builds of one image: %s and %s", digests[0], digests[1])
 	}
 }
+
+func TestSummary(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		imgs []Built
+		want string
+	}{
+		{"none", nil, "no images"},
+		{"the largest named", []Built{
+			{Name: "small", Layers: map[string]int64{"a": 1 << 20}, Bytes: 1 << 20},
+			{Name: "big", Layers: map[string]int64{"b": 3 << 20, "c": 5 << 20}, Bytes: 8 << 20},
+		}, "2 images, 9 MiB in 3 layers; the largest big, 8 MiB in 2 layers, the largest 5 MiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Summary(tc.imgs); got != tc.want {
+				t.Errorf("Summary = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,9 +1,11 @@
 package corpus
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -25,6 +27,23 @@ func (b Built) String() string {
 		largest = max(largest, size)
 	}
 	return fmt.Sprintf("%d MiB in %d layers, the largest %d MiB", b.Bytes>>20, len(b.Layers), largest>>20)
+}
+
+// Summary describes a burst of imgs in one line: "16 images, 1067 MiB in
+// 31 layers; the largest giant, 1037 MiB in 16 layers, the largest 713
+// MiB".
+func Summary(imgs []Built) string {
+	if len(imgs) == 0 {
+		return "no images"
+	}
+	var bytes int64
+	var layers int
+	for _, img := range imgs {
+		bytes += img.Bytes
+		layers += len(img.Layers)
+	}
+	largest := slices.MaxFunc(imgs, func(a, b Built) int { return cmp.Compare(a.Bytes, b.Bytes) })
+	return fmt.Sprintf("%d images, %d MiB in %d layers; the largest %s, %s", len(imgs), bytes>>20, layers, largest.Name, largest)
 }
 
 // CacheDir is where layers are kept between runs: PULLWISE_CORPUS_CACHE,

@@ -1,14 +1,11 @@
 package fleet
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 
 	api "github.com/pullwise/pullwise/cri/api/v1alpha1"
 
+	"github.com/pullwise/pullwise/integration/daemon"
 	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/peers"
 )
@@ -51,26 +49,8 @@ func (n *Node) Metric(t testing.TB, sample string) float64 {
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dialIn(ctx, n.NetNS, addr) },
 	}}
 	defer c.CloseIdleConnections()
-	resp, err := c.Get("http://" + n.Daemon.MetricsAddr + "/v1/metrics")
-	if err != nil {
-		t.Fatalf("node %s: metrics: %v", n.Name, err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("node %s: %s %q: %v", n.Name, sample, v, err)
-			}
-			return f
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("node %s: metrics: %v", n.Name, err)
-	}
-	return 0
+	v, _ := daemon.Scrape(t, c, n.Daemon.MetricsAddr, sample)
+	return v
 }
 
 // AwaitMesh waits until every node with peers on is connected to all the

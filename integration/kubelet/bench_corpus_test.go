@@ -57,6 +57,10 @@ type corpusRun struct {
 	cold, floor []time.Duration
 	cpu         time.Duration
 	peakRSS     int64
+	// written is how long Pullwise's write turns were held in the cold
+	// run (transfer/commits): the pulls' writes to the metadata database
+	// go one at a time, so the pulls took at least that long.
+	written time.Duration
 }
 
 // delay is the pull delay at each rank: the cold start minus the floor's.
@@ -148,7 +152,12 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					syscall.Sync()
 					// Containerd's CPU, memory and profiles: of the cold run.
 					var cpu0 time.Duration
+					var written0 float64
 					if !prePull {
+						// Scraped outside the CPU counted for the run.
+						if name == "pullwise" {
+							written0 = n.d.WriteSeconds(b)
+						}
 						n.d.ResetPeakRSS(b)
 						cpu0 = n.d.CPUTime(b)
 						defer n.d.ProfileAsked(b, fmt.Sprintf("%s.%s.%s.%d", scenarioName, name, prof.name, burst))()
@@ -156,6 +165,9 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					starts := startPods(b, n, refs)
 					if !prePull {
 						run.cpu, run.peakRSS = n.d.CPUTime(b)-cpu0, n.d.PeakRSS(b)
+						if name == "pullwise" {
+							run.written = time.Duration((n.d.WriteSeconds(b) - written0) * float64(time.Second))
+						}
 					}
 					if daemon.Verbose() {
 						// Where each pull's time went (Pullwise logs it), to
@@ -176,9 +188,11 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 						run.cold = start(b, false)
 					}
 					logCorpusRun(b, prof.name+" "+name, run, bigFirst)
+					// One line: go test keeps ten of a benchmark's log.
 					for _, img := range imgs {
-						b.Logf("%s: %s", img.Name, img)
+						daemon.Verbosef(b, "%s: %s", img.Name, img)
 					}
+					b.Logf("%s", corpus.Summary(imgs))
 				})
 			}
 			// On a row of their own, whichever runtime went last, as only
@@ -275,6 +289,10 @@ func reportCorpusRatios(b *testing.B, runs map[string]*corpusRun, bigFirst bool)
 		b.ReportMetric(r.cpu.Seconds(), who+"-daemon-cpu-s")
 		b.ReportMetric(float64(r.peakRSS)/(1<<20), who+"-peak-rss-MiB")
 	}
+	// The write floor against Pullwise's last pod: how much of the burst
+	// its pulls' writes alone took.
+	b.ReportMetric(p.written.Seconds(), "pullwise-write-s")
+	b.ReportMetric(p.written.Seconds()/sorted(p.cold).last().Seconds(), "pullwise-write-share")
 	if bigFirst {
 		small := func(r *corpusRun) podStarts { return sorted(r.cold[1:]) }
 		big := func(r *corpusRun) podStarts { return podStarts{r.cold[0]} }
