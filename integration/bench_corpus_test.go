@@ -88,16 +88,6 @@ func BenchmarkCorpusBigAndSmall(b *testing.B) {
 // -count the daemons take turns going first, as they do within a run.
 var corpusRuns int
 
-// describe logs what the burst pulls in one line, and each image with
-// PULLWISE_BENCH_VERBOSE: go test keeps only ten lines of a benchmark's
-// log, and a sub-benchmark's, since its parent prints no log of its own.
-func describe(b *testing.B, imgs []corpus.Built) {
-	for _, img := range imgs {
-		daemon.Verbosef(b, "%s: %s", img.Name, img)
-	}
-	b.Logf("%s", corpus.Summary(imgs))
-}
-
 func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus.Image) {
 	imgs := buildCorpus(b, scenario)
 	// In the big-and-small scenario the first image is the big one.
@@ -114,7 +104,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 				host = c.pullwise.upstream.ServeWAN(b, registry.DefaultWAN)
 				c.pullwise.writeHostsFor(host, "http://"+host, "")
 			}
-			describe(b, imgs)
+			corpus.Describe(b, imgs)
 			var refs []string
 			for _, img := range imgs {
 				repo := "corpus/" + name + "/" + img.Name

@@ -189,14 +189,8 @@ func (e *env) pullctl(args ...string) (string, error) {
 // Prometheus text form, e.g. `x_total{a="b"}`) match exactly, or 0.
 func (e *env) metric(sample string) float64 {
 	e.t.Helper()
-	v, _ := e.metricOK(sample)
+	v, _ := e.d.Metric(e.t, sample)
 	return v
-}
-
-// metricOK is metric, and whether the daemon reports the sample at all.
-func (e *env) metricOK(sample string) (float64, bool) {
-	e.t.Helper()
-	return e.d.Metric(e.t, sample)
 }
 
 // eventually polls cond until it holds, failing the test naming what once

@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/pullwise/pullwise/integration/daemon"
 )
 
 // Built is a corpus image as built: its layers' digests and compressed
@@ -44,6 +47,18 @@ func Summary(imgs []Built) string {
 	}
 	largest := slices.MaxFunc(imgs, func(a, b Built) int { return cmp.Compare(a.Bytes, b.Bytes) })
 	return fmt.Sprintf("%d images, %d MiB in %d layers; the largest %s, %s", len(imgs), bytes>>20, layers, largest.Name, largest)
+}
+
+// Describe logs what a burst of imgs pulls in one line (Summary), and
+// each image with PULLWISE_BENCH_VERBOSE: go test keeps only ten lines of
+// a benchmark's log, and a sub-benchmark's, since its parent prints no
+// log of its own.
+func Describe(t testing.TB, imgs []Built) {
+	t.Helper()
+	for _, img := range imgs {
+		daemon.Verbosef(t, "%s: %s", img.Name, img)
+	}
+	t.Logf("%s", Summary(imgs))
 }
 
 // CacheDir is where layers are kept between runs: PULLWISE_CORPUS_CACHE,

@@ -188,11 +188,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 						run.cold = start(b, false)
 					}
 					logCorpusRun(b, prof.name+" "+name, run, bigFirst)
-					// One line: go test keeps ten of a benchmark's log.
-					for _, img := range imgs {
-						daemon.Verbosef(b, "%s: %s", img.Name, img)
-					}
-					b.Logf("%s", corpus.Summary(imgs))
+					corpus.Describe(b, imgs)
 				})
 			}
 			// On a row of their own, whichever runtime went last, as only
