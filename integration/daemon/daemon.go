@@ -234,9 +234,10 @@ func (d *Daemon) LiveHeap(t testing.TB) int64 {
 	return 0
 }
 
-// ProfileAsked starts what PULLWISE_BENCH_PROFILE and PULLWISE_BENCH_TRACE
-// (each a file prefix) ask of d for the burst that starts now: a CPU
-// profile, an execution trace (containerd's pprof endpoint),
+// ProfileAsked starts what PULLWISE_BENCH_PROFILE, PULLWISE_BENCH_TRACE and
+// PULLWISE_BENCH_PERF (each a file prefix) ask of d for the burst that
+// starts now: a CPU profile, an execution trace (containerd's pprof
+// endpoint), and Linux perf's view (perfAsked),
 // PULLWISE_BENCH_PROFILE_SECONDS long (2 by default), written to
 // prefix.name. The func it returns waits for them.
 //
@@ -266,7 +267,53 @@ func (d *Daemon) ProfileAsked(t testing.TB, name string) (wait func()) {
 			}
 		})
 	}
+	if prefix := os.Getenv("PULLWISE_BENCH_PERF"); prefix != "" {
+		d.perfAsked(t, &profiled, prefix+"."+name, profileSeconds(t))
+	}
 	return profiled.Wait
+}
+
+// perfSyscalls are the system calls perfAsked counts: those an unpack
+// makes per file, and those of the daemon's waiting and syncing.
+var perfSyscalls = []string{
+	"newlstat", "newfstatat", "openat", "read", "write", "close", "mkdirat",
+	"fchmodat", "fchownat", "utimensat", "lsetxattr", "lgetxattr",
+	"unlinkat", "renameat2", "linkat", "symlinkat", "mknodat", "getdents64",
+	"mount", "umount", "fsync", "syncfs", "futex", "epoll_pwait",
+	"nanosleep", "sched_yield",
+}
+
+// perfAsked records d with perf for seconds: where its threads spend CPU,
+// the kernel's stacks included, to path.data (perf report -i), and how
+// many of each system call it makes, to path.stat (CSV). A Go profile
+// shows every system call as one Syscall6; this says which calls, how
+// many, and what they cost inside the kernel, so two daemons' unpacks can
+// be compared call for call.
+func (d *Daemon) perfAsked(t testing.TB, wg *sync.WaitGroup, path string, seconds int) {
+	t.Helper()
+	events := []string{"task-clock", "context-switches", "cpu-migrations", "page-faults"}
+	for _, sc := range perfSyscalls {
+		events = append(events, "syscalls:sys_enter_"+sc)
+	}
+	pid, secs := strconv.Itoa(d.PID()), strconv.Itoa(seconds)
+	for _, args := range [][]string{
+		{"record", "--quiet", "-g", "-F", "999", "-e", "cpu-clock", "-o", path + ".data"},
+		{"stat", "-x,", "-e", strings.Join(events, ","), "-o", path + ".stat"},
+	} {
+		cmd := exec.Command("perf", append(args, "-p", pid, "--", "sleep", secs)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		// Started here, not in the goroutine, so the burst is recorded
+		// from its start.
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("perf %s of containerd: %v", args[0], err)
+		}
+		wg.Go(func() {
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("perf %s of containerd: %v: %s", args[0], err, stderr.Bytes())
+			}
+		})
+	}
 }
 
 // CPUTime is the user and system CPU time containerd has used so far.
