@@ -141,7 +141,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			cpu, daemonCPU, peak := map[string]time.Duration{}, map[string]time.Duration{}, map[string]int64{}
 			// written is how long Pullwise's write turns were held, for
 			// the write floor.
-			var written float64
+			var written time.Duration
 			for b.Loop() {
 				c.each(b, corpusRuns, func(name string, e *env) {
 					b.StopTimer()
@@ -151,9 +151,9 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					e.d.ResetPeakRSS(b)
 					// Scraped outside the CPU counted for the burst and its
 					// bound, and of Pullwise alone: stock has no turns.
-					var written0 float64
+					var written0 time.Duration
 					if name == "pullwise" {
-						written0 = e.d.WriteSeconds(e.t)
+						written0 = e.d.WriteTime(e.t)
 					}
 					b.StartTimer()
 					profiled := profileBurst(b, e, name, profile, corpusRuns)
@@ -164,7 +164,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0
 					if name == "pullwise" {
-						written += e.d.WriteSeconds(e.t) - written0
+						written += e.d.WriteTime(e.t) - written0
 					}
 					peak[name] = max(peak[name], e.d.PeakRSS(b))
 					daemon.Verbosef(b, "%s completions, in the order asked: %s", name, byImage(imgs, each))
@@ -217,8 +217,8 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			// makespan says how much of the burst waited on the database
 			// ("The write floor" in docs/benchmarks.md). Stock makes the
 			// same writes but does not count them.
-			b.ReportMetric(written/n, "pullwise-write-s")
-			b.ReportMetric(written/span["pullwise"].Seconds(), "pullwise-write-share")
+			b.ReportMetric(written.Seconds()/n, "pullwise-write-s")
+			b.ReportMetric(float64(written)/float64(span["pullwise"]), "pullwise-write-share")
 		})
 	}
 }

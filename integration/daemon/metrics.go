@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Metric is the value of the prometheus sample whose name and labels
@@ -44,16 +45,16 @@ func Scrape(t testing.TB, c *http.Client, addr, sample string) (float64, bool) {
 	return 0, false
 }
 
-// WriteSeconds is how long Pullwise's write turns have been held so far
+// WriteTime is how long Pullwise's write turns have been held so far
 // (transfer/commits): each write to the metadata database, with its wait
 // for bolt's lock and, for a blob, the blob's own sync. It fails t when
 // the daemon does not report it, rather than report a floor of 0.
-func (d *Daemon) WriteSeconds(t testing.TB) float64 {
+func (d *Daemon) WriteTime(t testing.TB) time.Duration {
 	t.Helper()
 	const sample = `pullwise_metadata_write_seconds_sum{phase="write"}`
 	v, ok := d.Metric(t, sample)
 	if !ok {
 		t.Fatalf("containerd reports no %s", sample)
 	}
-	return v
+	return time.Duration(v * float64(time.Second))
 }

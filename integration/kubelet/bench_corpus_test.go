@@ -152,11 +152,11 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					syscall.Sync()
 					// Containerd's CPU, memory and profiles: of the cold run.
 					var cpu0 time.Duration
-					var written0 float64
+					var written0 time.Duration
 					if !prePull {
 						// Scraped outside the CPU counted for the run.
 						if name == "pullwise" {
-							written0 = n.d.WriteSeconds(b)
+							written0 = n.d.WriteTime(b)
 						}
 						n.d.ResetPeakRSS(b)
 						cpu0 = n.d.CPUTime(b)
@@ -166,7 +166,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					if !prePull {
 						run.cpu, run.peakRSS = n.d.CPUTime(b)-cpu0, n.d.PeakRSS(b)
 						if name == "pullwise" {
-							run.written = time.Duration((n.d.WriteSeconds(b) - written0) * float64(time.Second))
+							run.written = n.d.WriteTime(b) - written0
 						}
 					}
 					if daemon.Verbose() {
@@ -188,12 +188,15 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 						run.cold = start(b, false)
 					}
 					logCorpusRun(b, prof.name+" "+name, run, bigFirst)
-					corpus.Describe(b, imgs)
 				})
 			}
 			// On a row of their own, whichever runtime went last, as only
 			// a benchmark without sub-benchmarks prints metrics.
-			b.Run("ratios", func(b *testing.B) { reportCorpusRatios(b, runs, bigFirst) })
+			// The burst is described there too, once per profile.
+			b.Run("ratios", func(b *testing.B) {
+				corpus.Describe(b, imgs)
+				reportCorpusRatios(b, runs, bigFirst)
+			})
 		})
 	}
 }
