@@ -24,6 +24,7 @@ type CDN struct {
 	files    http.Handler
 	bps      atomic.Int64 // per response; <= 0: unthrottled
 	stall    atomic.Bool  // answer nothing until the client goes away
+	conns    *unstarted
 	stop     func() error
 }
 
@@ -34,9 +35,10 @@ func startCDN(root string) (*CDN, error) {
 	}
 	c := &CDN{host: ln.Addr().String(), recorder: newRecorder(), files: http.FileServer(http.Dir(root))}
 	srv := &http.Server{Handler: c, ReadHeaderTimeout: 30 * time.Second}
+	c.conns = track(srv)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	c.stop = func() error { return shutdown(srv, served, c.recorder) }
+	c.stop = func() error { return shutdown(srv, c.conns, served, c.recorder) }
 	return c, nil
 }
 

@@ -48,6 +48,7 @@ type Registry struct {
 	recorder *recorder
 	faults   atomic.Pointer[FaultFunc]
 	cdn      *CDN // nil unless Options.RedirectBlobs
+	conns    *unstarted
 	close    func() error
 }
 
@@ -133,6 +134,7 @@ func New(root string, opts Options) (*Registry, error) {
 	}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: opts.HeaderTimeout}
 	srv.SetKeepAlivesEnabled(!opts.DisableKeepAlives)
+	r.conns = track(srv)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	r.close = func() error {
@@ -183,7 +185,7 @@ func newConfig(root string, opts Options) *configuration.Configuration {
 // stop drains the server, then waits for handlers (which may still touch
 // storage) before the app and its temp dir go away; the CDN, if any, last.
 func (r *Registry) stop(srv *http.Server, served <-chan error) error {
-	errs := []error{shutdown(srv, served, r.recorder)}
+	errs := []error{shutdown(srv, r.conns, served, r.recorder)}
 	if err := r.app.Shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("shut down app: %w", err))
 	}
@@ -196,10 +198,11 @@ func (r *Registry) stop(srv *http.Server, served <-chan error) error {
 }
 
 // shutdown drains srv, cutting connections after a grace period, and waits
-// until rc has no request in flight.
-func shutdown(srv *http.Server, served <-chan error, rc *recorder) error {
+// until rc has no request in flight. conns are srv's (track).
+func shutdown(srv *http.Server, conns *unstarted, served <-chan error, rc *recorder) error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	conns.close()
 	err := srv.Shutdown(ctx)
 	cancel()
 	if err != nil {

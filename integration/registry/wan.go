@@ -117,6 +117,7 @@ type Front struct {
 	name   string
 	host   string
 	srv    *http.Server
+	conns  *unstarted
 	served chan error
 	once   sync.Once
 	err    error
@@ -135,6 +136,7 @@ func (r *Registry) ListenWAN(p WAN) (*Front, error) {
 		srv:    &http.Server{Handler: p.Handler(r), ReadHeaderTimeout: 30 * time.Second},
 		served: make(chan error, 1),
 	}
+	f.conns = track(f.srv)
 	go func() { f.served <- f.srv.Serve(ln) }()
 	return f, nil
 }
@@ -151,6 +153,7 @@ func (f *Front) Close() error {
 	return f.stop(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()
+		f.conns.close()
 		if err := f.srv.Shutdown(ctx); err != nil {
 			return f.srv.Close()
 		}
