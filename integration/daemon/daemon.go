@@ -283,12 +283,15 @@ var perfSyscalls = []string{
 	"nanosleep", "sched_yield",
 }
 
-// perfAsked records d with perf for seconds: where its threads spend CPU,
-// the kernel's stacks included, to path.data (perf report -i), and how
-// many of each system call it makes, to path.stat (CSV). A Go profile
+// perfAsked records d with perf for seconds: where the machine's CPUs
+// go, the kernel's stacks included, to path.data, with d's PID in
+// path.pid (perf report -i path.data --pid PID keeps d's threads), and
+// how many of each system call d makes, to path.stat (CSV). A Go profile
 // shows every system call as one Syscall6; this says which calls, how
 // many, and what they cost inside the kernel, so two daemons' unpacks can
-// be compared call for call.
+// be compared call for call. The record is of every CPU, not of d's
+// process: following the process follows the shims and runc it starts
+// too, and lost most samples under kubelet.
 func (d *Daemon) perfAsked(t testing.TB, wg *sync.WaitGroup, path string, seconds int) {
 	t.Helper()
 	events := []string{"task-clock", "context-switches", "cpu-migrations", "page-faults"}
@@ -296,11 +299,14 @@ func (d *Daemon) perfAsked(t testing.TB, wg *sync.WaitGroup, path string, second
 		events = append(events, "syscalls:sys_enter_"+sc)
 	}
 	pid, secs := strconv.Itoa(d.PID()), strconv.Itoa(seconds)
+	if err := os.WriteFile(path+".pid", []byte(pid+"\n"), 0o644); err != nil {
+		t.Fatalf("perf of containerd: %v", err)
+	}
 	for _, args := range [][]string{
-		{"record", "--quiet", "-g", "-F", "999", "-e", "cpu-clock", "-o", path + ".data"},
-		{"stat", "-x,", "-e", strings.Join(events, ","), "-o", path + ".stat"},
+		{"record", "--quiet", "-a", "-g", "-F", "999", "-e", "cpu-clock", "-o", path + ".data"},
+		{"stat", "-x,", "-e", strings.Join(events, ","), "-o", path + ".stat", "-p", pid},
 	} {
-		cmd := exec.Command("perf", append(args, "-p", pid, "--", "sleep", secs)...)
+		cmd := exec.Command("perf", append(args, "--", "sleep", secs)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		// Started here, not in the goroutine, so the burst is recorded
