@@ -24,7 +24,7 @@ type CDN struct {
 	files    http.Handler
 	bps      atomic.Int64 // per response; <= 0: unthrottled
 	stall    atomic.Bool  // answer nothing until the client goes away
-	conns    *unstarted
+	server   *server
 	stop     func() error
 }
 
@@ -35,10 +35,8 @@ func startCDN(root string) (*CDN, error) {
 	}
 	c := &CDN{host: ln.Addr().String(), recorder: newRecorder(), files: http.FileServer(http.Dir(root))}
 	srv := &http.Server{Handler: c, ReadHeaderTimeout: 30 * time.Second}
-	c.conns = track(srv)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	c.stop = func() error { return shutdown(srv, c.conns, served, c.recorder) }
+	c.server = serve(ln, srv)
+	c.stop = func() error { return shutdown(c.server, c.recorder) }
 	return c, nil
 }
 

@@ -48,7 +48,7 @@ type Registry struct {
 	recorder *recorder
 	faults   atomic.Pointer[FaultFunc]
 	cdn      *CDN // nil unless Options.RedirectBlobs
-	conns    *unstarted
+	server   *server
 	close    func() error
 }
 
@@ -134,12 +134,10 @@ func New(root string, opts Options) (*Registry, error) {
 	}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: opts.HeaderTimeout}
 	srv.SetKeepAlivesEnabled(!opts.DisableKeepAlives)
-	r.conns = track(srv)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	r.server = serve(ln, srv)
 	r.close = func() error {
 		defer cancel()
-		if err := r.stop(srv, served); err != nil {
+		if err := r.stop(); err != nil {
 			return fmt.Errorf("registry %s: %w", r.name, err)
 		}
 		return nil
@@ -184,8 +182,8 @@ func newConfig(root string, opts Options) *configuration.Configuration {
 
 // stop drains the server, then waits for handlers (which may still touch
 // storage) before the app and its temp dir go away; the CDN, if any, last.
-func (r *Registry) stop(srv *http.Server, served <-chan error) error {
-	errs := []error{shutdown(srv, r.conns, served, r.recorder)}
+func (r *Registry) stop() error {
+	errs := []error{shutdown(r.server, r.recorder)}
 	if err := r.app.Shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("shut down app: %w", err))
 	}
@@ -197,22 +195,14 @@ func (r *Registry) stop(srv *http.Server, served <-chan error) error {
 	return errors.Join(errs...)
 }
 
-// shutdown drains srv, cutting connections after a grace period, and waits
-// until rc has no request in flight. conns are srv's (track).
-func shutdown(srv *http.Server, conns *unstarted, served <-chan error, rc *recorder) error {
+// shutdown drains s, cutting connections after a grace period, and waits
+// until rc has no request in flight.
+func shutdown(s *server, rc *recorder) error {
 	var errs []error
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	conns.close()
-	err := srv.Shutdown(ctx)
-	cancel()
-	if err != nil {
-		// Stalled handlers: closing their connections cancels their contexts.
-		_ = srv.Close()
-	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := s.drain(); err != nil {
 		errs = append(errs, fmt.Errorf("serve: %w", err))
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), shutdownGrace)
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := rc.waitIdle(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("wait for in-flight requests: %w", err))

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -116,9 +115,7 @@ func (r *Registry) ServeWAN(t testing.TB, p WAN) string {
 type Front struct {
 	name   string
 	host   string
-	srv    *http.Server
-	conns  *unstarted
-	served chan error
+	server *server
 	once   sync.Once
 	err    error
 }
@@ -130,15 +127,8 @@ func (r *Registry) ListenWAN(p WAN) (*Front, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry %s: WAN listener: %w", r.name, err)
 	}
-	f := &Front{
-		name:   r.name,
-		host:   ln.Addr().String(),
-		srv:    &http.Server{Handler: p.Handler(r), ReadHeaderTimeout: 30 * time.Second},
-		served: make(chan error, 1),
-	}
-	f.conns = track(f.srv)
-	go func() { f.served <- f.srv.Serve(ln) }()
-	return f, nil
+	srv := &http.Server{Handler: p.Handler(r), ReadHeaderTimeout: 30 * time.Second}
+	return &Front{name: r.name, host: ln.Addr().String(), server: serve(ln, srv)}, nil
 }
 
 // Host returns the front's "127.0.0.1:PORT".
@@ -149,26 +139,15 @@ func (f *Front) URL() string { return "http://" + f.host }
 
 // Close stops the front, giving in-flight requests a grace period. Later
 // calls (and Cut) return the first call's result.
-func (f *Front) Close() error {
-	return f.stop(func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-		defer cancel()
-		f.conns.close()
-		if err := f.srv.Shutdown(ctx); err != nil {
-			return f.srv.Close()
-		}
-		return nil
-	})
-}
+func (f *Front) Close() error { return f.stop(f.server.drain) }
 
 // Cut stops the front at once, the way a host that crashes goes away: the
 // listener closes and every open connection drops, mid-response or not.
-func (f *Front) Cut() error { return f.stop(f.srv.Close) }
+func (f *Front) Cut() error { return f.stop(f.server.cut) }
 
 func (f *Front) stop(how func() error) error {
 	f.once.Do(func() {
-		_ = how()
-		if err := <-f.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := how(); err != nil {
 			f.err = fmt.Errorf("registry %s: WAN listener: %w", f.name, err)
 		}
 	})

@@ -17,33 +17,33 @@ import (
 func TestCloseDoesNotWaitForUnstartedConnections(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		// start returns the server's host, its tracked connections and
-		// how to close it.
-		start func(t *testing.T) (string, *unstarted, func() error)
+		// start returns the server's host, the server and how to close
+		// it.
+		start func(t *testing.T) (string, *server, func() error)
 	}{
-		{"registry", func(t *testing.T) (string, *unstarted, func() error) {
+		{"registry", func(t *testing.T) (string, *server, func() error) {
 			r, err := New(t.TempDir(), Options{})
 			require.NoError(t, err)
-			return r.Host(), r.conns, r.Close
+			return r.Host(), r.server, r.Close
 		}},
-		{"cdn", func(t *testing.T) (string, *unstarted, func() error) {
+		{"cdn", func(t *testing.T) (string, *server, func() error) {
 			r, err := New(t.TempDir(), Options{RedirectBlobs: true})
 			require.NoError(t, err)
-			return r.CDN().Host(), r.CDN().conns, r.Close
+			return r.CDN().Host(), r.CDN().server, r.Close
 		}},
-		{"wan front", func(t *testing.T) (string, *unstarted, func() error) {
+		{"wan front", func(t *testing.T) (string, *server, func() error) {
 			r := Start(t, Options{})
 			f, err := r.ListenWAN(DefaultWAN)
 			require.NoError(t, err)
-			return f.Host(), f.conns, f.Close
+			return f.Host(), f.server, f.Close
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			host, conns, closeServer := tc.start(t)
+			host, srv, closeServer := tc.start(t)
 			c, err := net.Dial("tcp", host)
 			require.NoError(t, err)
 			defer c.Close()
-			await.Until(t, 10*time.Second, "the server to accept the connection", func() bool { return conns.len() == 1 })
+			await.Until(t, 10*time.Second, "the server to accept the connection", func() bool { return srv.unstartedLen() == 1 })
 
 			start := time.Now()
 			require.NoError(t, closeServer())
