@@ -195,3 +195,60 @@ func TestOvertakingOnRelease(t *testing.T) {
 		t.Fatal("still waiting for the large holder with an extra place free")
 	}
 }
+
+// TestPacerProgressReprices: a layer's pull is re-priced by the layer's
+// own pace, once it has been written for repriceAfter: later by what the
+// layer costs over its price, earlier by what it costs under, with its
+// pauses left out, and by the change only as the pace holds.
+func TestPacerProgressReprices(t *testing.T) {
+	const ms = time.Millisecond
+	type report struct {
+		after  time.Duration // since the last report (the first: since the layer started)
+		paused time.Duration // held back by Wait since the last report
+		done   int64         // of 100
+	}
+	tests := []struct {
+		name    string
+		priced  time.Duration
+		reports []report
+		moved   time.Duration // the due's move after the last report
+	}{
+		{"priced right", time.Second, []report{{0, 0, 0}, {500 * ms, 0, 50}}, 0},
+		{"ten times too cheap", 100 * ms, []report{{0, 0, 0}, {500 * ms, 0, 50}}, 900 * ms},
+		{"too dear", 2 * time.Second, []report{{0, 0, 0}, {500 * ms, 0, 50}}, -time.Second},
+		{"not yet written long enough", 100 * ms, []report{{0, 0, 0}, {repriceAfter - ms, 0, 50}}, 0},
+		{"pauses left out", 100 * ms, []report{{0, 0, 0}, {1500 * ms, time.Second, 50}}, 900 * ms},
+		{"set-up before the first report counts as written", 100 * ms, []report{{300 * ms, 0, 0}, {500 * ms, 0, 50}}, 1200 * ms},
+		{"a steady pace moves it once", 100 * ms, []report{{0, 0, 0}, {500 * ms, 0, 50}, {250 * ms, 0, 75}}, 900 * ms},
+		// 1 s written, 60% done: 1.67 s in all.
+		{"a pace that slows moves it on", 100 * ms, []report{{0, 0, 0}, {500 * ms, 0, 50}, {500 * ms, 0, 60}}, 1666666666 - 100*ms},
+		{"no progress since the first report", 100 * ms, []report{{0, 0, 10}, {500 * ms, 0, 10}}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := time.Now()
+			tk := NewTicket(base)
+			tk.Need(tc.priced)
+			due := tk.Due()
+			l := Overtaking(1, Slack)
+			h, err := l.acquire(WithTicket(context.Background(), tk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.releaser(h)()
+			clock := base
+			_, p := withPacer(context.Background(), l, h, 100, tc.priced)
+			p.now = func() time.Time { return clock }
+			p.started = clock
+			for _, r := range tc.reports {
+				clock = clock.Add(r.after)
+				p.paused += r.paused
+				p.reported = every{} // as if a poll had passed
+				p.Progress(r.done, 100)
+			}
+			if got := tk.Due().Sub(due); got != tc.moved {
+				t.Errorf("due moved by %v, want %v", got, tc.moved)
+			}
+		})
+	}
+}
