@@ -114,12 +114,11 @@ func openZstd(ctx context.Context, stream diff.StreamProcessor, _ map[string]typ
 	if err := pace.Wait(ctx); err != nil {
 		return nil, err
 	}
-	in := &counted{r: stream}
-	ds, err := compression.DecompressStream(bufio.NewReaderSize(in, readBuffer))
+	ds, err := compression.DecompressStream(bufio.NewReaderSize(stream, readBuffer))
 	if err != nil {
 		return nil, fmt.Errorf("zstd layer: %w", err)
 	}
-	return &processor{ReadCloser: ds, ctx: ctx, pace: pace, progress: in.of(pace.Size())}, nil
+	return &processor{ReadCloser: ds, ctx: ctx, pace: pace}, nil
 }
 
 func open(ctx context.Context, stream diff.StreamProcessor, _ map[string]typeurl.Any) (diff.StreamProcessor, error) {
@@ -131,12 +130,11 @@ func open(ctx context.Context, stream diff.StreamProcessor, _ map[string]typeurl
 	if magic, err := br.Peek(len(gzipMagic)); err != nil || !bytes.Equal(magic, gzipMagic) {
 		// The media type says gzip and the bytes do not: leave it to
 		// containerd's detection, as stock containerd would.
-		in := &counted{r: br}
-		ds, err := compression.DecompressStream(in)
+		ds, err := compression.DecompressStream(br)
 		if err != nil {
 			return nil, err
 		}
-		return &processor{ReadCloser: ds, ctx: ctx, pace: pace, progress: in.of(pace.Size())}, nil
+		return &processor{ReadCloser: ds, ctx: ctx, pace: pace}, nil
 	}
 	p := &processor{ctx: ctx, pace: pace}
 	tar, compressed, err := readWhole(br, &p.held)
@@ -145,37 +143,15 @@ func open(ctx context.Context, stream diff.StreamProcessor, _ map[string]typeurl
 	}
 	if tar != nil {
 		p.ReadCloser = inflated{tar}
-		p.progress = func() (int64, int64) { return tar.Size() - int64(tar.Len()), tar.Size() }
 		return p, nil
 	}
-	in := &counted{r: compressed}
-	z, err := newReader(in)
+	z, err := newReader(compressed)
 	if err != nil {
 		p.held.releaseAll()
 		return nil, fmt.Errorf("gzip layer: %w", err)
 	}
 	p.ReadCloser = z
-	p.progress = in.of(pace.Size())
 	return p, nil
-}
-
-// counted counts the compressed bytes an inflater has read, for the
-// layer's progress (lane.Pacer.Progress). pgzip reads in a goroutine of
-// its own, hence the atomic.
-type counted struct {
-	r io.Reader
-	n atomic.Int64
-}
-
-func (c *counted) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-// of reports the bytes read of total, as processor.progress.
-func (c *counted) of(total int64) func() (int64, int64) {
-	return func() (int64, int64) { return c.n.Load(), total }
 }
 
 // readers keeps closed readers with their blocks for the next layer. A
@@ -209,15 +185,9 @@ type processor struct {
 	// ahead of it, stop with the reads.
 	pace *lane.Pacer
 	ctx  context.Context
-	// progress is how far the layer is read, done of total bytes, for
-	// the pacer to re-price the layer's pull by; nil: not told.
-	progress func() (done, total int64)
 }
 
 func (p *processor) Read(b []byte) (int, error) {
-	if p.pace != nil && p.progress != nil {
-		p.pace.Progress(p.progress())
-	}
 	if err := p.pace.Wait(p.ctx); err != nil {
 		return 0, err
 	}

@@ -31,18 +31,17 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	}
 	defer a.Lane.releaser(h)()
 	started := time.Now()
-	ctx, pacer := withPacer(ctx, a.Lane, h, desc.Size, a.Costs.Of([]ocispec.Descriptor{desc}))
+	ctx, pacer := withPacer(ctx, a.Lane, h)
 	applied, err := a.Applier.Apply(ctx, desc, mounts, opts...)
 	wrote := time.Since(started) - pacer.Paused()
 	if err == nil {
 		a.Costs.Wrote(desc.MediaType, desc.Size, wrote)
 	}
 	log.G(ctx).WithFields(log.Fields{
-		"layer":    desc.Digest,
-		"waited":   started.Sub(asked),
-		"paused":   pacer.Paused(),
-		"wrote":    wrote,
-		"repriced": pacer.Repriced(),
+		"layer":  desc.Digest,
+		"waited": started.Sub(asked),
+		"paused": pacer.Paused(),
+		"wrote":  wrote,
 	}).Debug("layer unpacked in its lane")
 	return applied, err
 }

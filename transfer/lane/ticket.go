@@ -45,14 +45,6 @@ func (t *Ticket) Need(cost time.Duration) {
 	t.costed.Store(true)
 }
 
-// Reprice moves the pull's due by d: a layer being written has shown that
-// it costs d more than it was priced at, or -d less (Pacer.Progress).
-func (t *Ticket) Reprice(d time.Duration) {
-	if t != nil && d != 0 {
-		t.due.Add(int64(d))
-	}
-}
-
 // Due is when the pull is due: when it was asked for plus its cost, or,
 // while it holds a lock an earlier pull waits on, that pull's due.
 func (t *Ticket) Due() time.Time {
