@@ -15,7 +15,10 @@
 //     media type from the layers it has written (Costs). It can be wrong
 //     several times over, since what a byte costs to write depends on
 //     what the layers hold, not only on their compression; lateness
-//     (below) bounds what a wrong cost can do to a pull.
+//     (below) bounds what a wrong cost can do to a pull. A pull is priced
+//     once: re-priced by its layers' pace as they were written, bursts'
+//     first and median images came later in an A/B
+//     (docs/benchmarks-history.md).
 //   - due: when a pull should be done: when it was asked for, plus its
 //     cost (Ticket). Every line here is ordered by due, earliest first;
 //     between equal dues, by arrival. A pull whose cost is not known yet
