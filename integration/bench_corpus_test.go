@@ -92,7 +92,8 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 	imgs := buildCorpus(b, scenario)
 	// In the big-and-small scenario the first image is the big one.
 	bigFirst := imgs[0].Name == "big"
-	for _, profile := range daemon.Profiles(b) {
+	for _, p := range daemon.Profiles(b) {
+		profile := p.Name
 		b.Run(profile, func(b *testing.B) {
 			limit := daemon.Limit(b)
 			c := newContenders(b, gateConfig(limit, "0s"))

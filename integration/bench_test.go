@@ -264,7 +264,8 @@ func BenchmarkManyLayers(b *testing.B) {
 // profiles, and reports the ratios.
 func benchBurst(b *testing.B, name, criImages string, image func(j int) registry.Image) {
 	const pulls = 20
-	for _, profile := range daemon.Profiles(b) {
+	for _, p := range daemon.Profiles(b) {
+		profile := p.Name
 		b.Run(profile, func(b *testing.B) {
 			c := newContendersWith(b, gateConfig(daemon.Limit(b), "0s"), criImages)
 			host := c.pullwise.upstream.Host()

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,6 +93,26 @@ func TestProfileWanted(t *testing.T) {
 			if rec.msg != "" || got != p.want {
 				t.Errorf("PULLWISE_BENCH_PROFILES=%q: %s wanted %v (refusal %q), want %v", tc.env, p.name, got, rec.msg, p.want)
 			}
+		}
+	}
+}
+
+// TestProfiles: the profiles asked for, in the order they run, each with
+// its place among all of them, so that the WAN alone starts its runtimes
+// in the order it has beside loopback.
+func TestProfiles(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want []Profile
+	}{
+		{"", []Profile{{"loopback", 0}, {"wan", 1}}},
+		{"wan", []Profile{{"wan", 1}}},
+		{"wan,loopback", []Profile{{"loopback", 0}, {"wan", 1}}},
+		{"loopback", []Profile{{"loopback", 0}}},
+	} {
+		t.Setenv("PULLWISE_BENCH_PROFILES", tc.env)
+		if got := Profiles(t); !slices.Equal(got, tc.want) {
+			t.Errorf("PULLWISE_BENCH_PROFILES=%q: %v, want %v", tc.env, got, tc.want)
 		}
 	}
 }

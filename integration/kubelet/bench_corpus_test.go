@@ -99,11 +99,8 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 		}
 		repos = append(repos, repo)
 	}
-	for i, prof := range benchProfiles {
-		if !daemon.ProfileWanted(b, prof.name) {
-			continue
-		}
-		b.Run(prof.name, func(b *testing.B) {
+	for _, prof := range daemon.Profiles(b) {
+		b.Run(prof.Name, func(b *testing.B) {
 			// PULLWISE_BENCH_TRANSFER is TOML for Pullwise's transfer
 			// plugin, as in ./integration's benchmarks.
 			type contender struct{ binary, config, transfer string }
@@ -121,13 +118,13 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 			// runtimes start opposite each other within a process, and
 			// with three, processes 0-2 put each first once on each
 			// profile and 0-5 go through all six orders.
-			for _, name := range daemon.Order(burst+3*i, names...) {
+			for _, name := range daemon.Order(burst+3*prof.Index, names...) {
 				c := contenders[name]
 				run := &corpusRun{}
 				runs[name] = run
 				start := func(b *testing.B, prePull bool) []time.Duration {
 					n := newNode(b, nodeOptions{
-						binary: c.binary, pullwise: c.config, transfer: c.transfer, wan: prof.wan,
+						binary: c.binary, pullwise: c.config, transfer: c.transfer, wan: wanOf(prof),
 						upstream: upstream, noMirror: true, prePullPause: true,
 						// As in BenchmarkKubeletPodStart: kubelet's own pull
 						// rate limit would refuse a burst this size.
@@ -160,7 +157,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 						}
 						n.d.ResetPeakRSS(b)
 						cpu0 = n.d.CPUTime(b)
-						defer n.d.ProfileAsked(b, fmt.Sprintf("%s.%s.%s.%d", scenarioName, name, prof.name, burst))()
+						defer n.d.ProfileAsked(b, fmt.Sprintf("%s.%s.%s.%d", scenarioName, name, prof.Name, burst))()
 					}
 					starts := startPods(b, n, refs)
 					if !prePull {
@@ -172,7 +169,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					if daemon.Verbose() {
 						// Where each pull's time went (Pullwise logs it), to
 						// stderr: a benchmark's log is cut after ten lines.
-						printTimelines(prof.name+" "+name, prePull, n.d.Log())
+						printTimelines(prof.Name+" "+name, prePull, n.d.Log())
 					}
 					return starts
 				}
@@ -187,7 +184,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					for b.Loop() {
 						run.cold = start(b, false)
 					}
-					logCorpusRun(b, prof.name+" "+name, run, bigFirst)
+					logCorpusRun(b, prof.Name+" "+name, run, bigFirst)
 				})
 			}
 			// On a row of their own, whichever runtime went last, as only

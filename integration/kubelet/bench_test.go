@@ -22,13 +22,14 @@ import (
 
 const benchPods = 20
 
-// benchProfiles are the network profiles of the kubelet benchmarks, in
-// the order they run; a profile's index picks its runtimes' order
-// (daemon.Order), whichever profiles PULLWISE_BENCH_PROFILES leaves out.
-var benchProfiles = []struct {
-	name string
-	wan  *registry.WAN
-}{{"loopback", nil}, {"wan", &registry.DefaultWAN}}
+// wanOf is the link a network profile puts in front of the registry: nil
+// on loopback.
+func wanOf(p daemon.Profile) *registry.WAN {
+	if p.Name == "wan" {
+		return &registry.DefaultWAN
+	}
+	return nil
+}
 
 // benchPullwiseConfig is Pullwise's plugin TOML on the benchmarks' nodes.
 func benchPullwiseConfig(t testing.TB) string {
@@ -60,24 +61,21 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 		repos = append(repos, repo)
 	}
 
-	for i, prof := range benchProfiles {
-		if !daemon.ProfileWanted(b, prof.name) {
-			continue
-		}
-		b.Run(prof.name, func(b *testing.B) {
+	for _, prof := range daemon.Profiles(b) {
+		b.Run(prof.Name, func(b *testing.B) {
 			contenders := map[string]struct{ binary, config string }{
 				"stock":    {stockBin, ""},
 				"pullwise": {"", benchPullwiseConfig(b)},
 			}
 			results := map[string]podStarts{}
-			for _, name := range daemon.Order(daemon.Burst(b)+i, "stock", "pullwise") {
+			for _, name := range daemon.Order(daemon.Burst(b)+prof.Index, "stock", "pullwise") {
 				c := contenders[name]
 				b.Run(name, func(b *testing.B) {
 					var starts podStarts
 					for b.Loop() {
 						b.StopTimer()
 						n := newNode(b, nodeOptions{
-							binary: c.binary, pullwise: c.config, wan: prof.wan,
+							binary: c.binary, pullwise: c.config, wan: wanOf(prof),
 							upstream: upstream, noMirror: true, prePullPause: true,
 							// kubelet's own pull rate limit (5/s, burst 10)
 							// refuses 20 pulls at once with "pull QPS
@@ -107,7 +105,7 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 					b.ReportMetric(ratio(podStarts.median), "median-ratio")
 					b.ReportMetric(ratio(podStarts.last), "last-ratio")
 					b.Logf("%s, %d pods, max_parallel_image_pulls=%d: stock first/median/last %.2f/%.2f/%.2f s, pullwise %.2f/%.2f/%.2f s; pullwise/stock first %.2f median %.2f last %.2f",
-						prof.name, benchPods, daemon.Limit(b),
+						prof.Name, benchPods, daemon.Limit(b),
 						s.first().Seconds(), s.median().Seconds(), s.last().Seconds(),
 						p.first().Seconds(), p.median().Seconds(), p.last().Seconds(),
 						ratio(podStarts.first), ratio(podStarts.median), ratio(podStarts.last))
