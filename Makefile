@@ -137,19 +137,21 @@ kubelet-gc: build kubelet
 # the steps before kubelet-e2e leave idle: the integration tests mostly wait
 # on daemons, registries and timeouts. So `make test` starts it first, beside
 # them, at the lowest CPU priority: nice 19 weighs 15 against a test's 1024,
-# so the tests keep the CPU whenever they want it. It runs as a job of this
-# shell (bash's job control), in a process group of its own, so that a failed
-# step or ^C stops all of it; not under setsid, whose new session would put it
-# in a scheduling autogroup of its own, where nice no longer weighs against
-# the tests. Its output is shown when it is waited for, before kubelet-e2e.
+# so it yields the CPU to them. It starts as a bash job (job control on for
+# that one command) in a process group of its own, which the EXIT trap stops
+# when a step fails or the recipe is interrupted; the steps stay in make's
+# group, so ^C and a signal to the group reach them as before. Not setsid:
+# a new session is a scheduling autogroup of its own, where nice no longer
+# weighs against the tests. A SIGKILL of make leaves the build running to
+# its end. Its output is shown when it is waited for, before kubelet-e2e.
 test: SHELL := /bin/bash
 test: deps-test
-	@set -m; log=$$(mktemp); \
-	nice -n 19 $(MAKE) --no-print-directory kubelet >$$log 2>&1 & kubelet=$$!; \
+	@log=$$(mktemp) || exit; \
+	set -m; nice -n 19 $(MAKE) --no-print-directory kubelet </dev/null >$$log 2>&1 & kubelet=$$!; set +m; \
 	trap 'kill -- -$$kubelet 2>/dev/null; rm -f $$log' EXIT; \
 	$(MAKE) --no-print-directory vet proto-check unit integration || exit; \
 	echo "make kubelet (started beside the steps above):"; \
-	wait $$kubelet; rc=$$?; cat $$log; [ $$rc = 0 ] || exit $$rc; \
+	wait $$kubelet; rc=$$?; trap 'rm -f $$log' EXIT; cat $$log; [ $$rc = 0 ] || exit $$rc; \
 	$(MAKE) --no-print-directory kubelet-e2e
 
 # Runs every fuzz target for FUZZTIME each, one at a time: go fuzzes one

@@ -16,8 +16,8 @@
 //     several times over, since what a byte costs to write depends on
 //     what the layers hold, not only on their compression; lateness
 //     (below) bounds what a wrong cost can do to a pull. A pull is priced
-//     once: re-priced by its layers' pace as they were written, bursts'
-//     first and median images came later in an A/B
+//     once: re-priced by its layers' pace as they were written, a
+//     burst's median image came later in an A/B
 //     (docs/benchmarks-history.md).
 //   - due: when a pull should be done: when it was asked for, plus its
 //     cost (Ticket). Every line here is ordered by due, earliest first;
