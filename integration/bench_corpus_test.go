@@ -92,8 +92,8 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 	imgs := buildCorpus(b, scenario)
 	// In the big-and-small scenario the first image is the big one.
 	bigFirst := imgs[0].Name == "big"
-	for _, p := range daemon.Profiles(b) {
-		profile := p.Name
+	for _, prof := range daemon.Profiles(b) {
+		profile := prof.Name
 		b.Run(profile, func(b *testing.B) {
 			limit := daemon.Limit(b)
 			c := newContenders(b, gateConfig(limit, "0s"))
@@ -101,8 +101,8 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 				c = c.withNoise()
 			}
 			host := c.pullwise.upstream.Host()
-			if profile == "wan" {
-				host = c.pullwise.upstream.ServeWAN(b, registry.DefaultWAN)
+			if prof.WAN != nil {
+				host = c.pullwise.upstream.ServeWAN(b, *prof.WAN)
 				c.pullwise.writeHostsFor(host, "http://"+host, "")
 			}
 			corpus.Describe(b, imgs)
@@ -184,7 +184,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			// No order of the burst's work beats the least CPU either
 			// daemon spent on it, spread over every CPU.
 			least := min(cpu["stock"], cpu["pullwise"]) / time.Duration(b.N)
-			bounds := bounds{imgs: imgs, work: work, least: least, profile: profile}
+			bounds := bounds{imgs: imgs, work: work, least: least, wan: prof.WAN}
 			all := indexes(len(imgs))
 			makespanBound, medianBound := bounds.of(all), bounds.median(all)
 			n := float64(b.N)
@@ -236,10 +236,10 @@ func indexes(n int) []int {
 // their share of the burst's CPU (least, by each image's work alone) on
 // every CPU, or on the WAN their bytes over the link if that is longer.
 type bounds struct {
-	imgs    []corpus.Built
-	work    []time.Duration
-	least   time.Duration
-	profile string
+	imgs  []corpus.Built
+	work  []time.Duration
+	least time.Duration
+	wan   *registry.WAN // nil on loopback
 }
 
 // of is the bound for the images idx, done alone.
@@ -254,8 +254,7 @@ func (bd bounds) of(idx []int) time.Duration {
 		some = append(some, bd.imgs[i])
 	}
 	d := time.Duration(float64(bd.least) * float64(share) / float64(all) / float64(runtime.NumCPU()))
-	if bd.profile == "wan" {
-		w := registry.DefaultWAN
+	if w := bd.wan; w != nil {
 		link := time.Duration(float64(corpus.UniqueBytes(some))/float64(w.BytesPerSecond)*float64(time.Second)) + 4*w.Latency
 		d = max(d, link)
 	}

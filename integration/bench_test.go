@@ -264,13 +264,12 @@ func BenchmarkManyLayers(b *testing.B) {
 // profiles, and reports the ratios.
 func benchBurst(b *testing.B, name, criImages string, image func(j int) registry.Image) {
 	const pulls = 20
-	for _, p := range daemon.Profiles(b) {
-		profile := p.Name
-		b.Run(profile, func(b *testing.B) {
+	for _, prof := range daemon.Profiles(b) {
+		b.Run(prof.Name, func(b *testing.B) {
 			c := newContendersWith(b, gateConfig(daemon.Limit(b), "0s"), criImages)
 			host := c.pullwise.upstream.Host()
-			if profile == "wan" {
-				host = c.pullwise.upstream.ServeWAN(b, registry.DefaultWAN)
+			if prof.WAN != nil {
+				host = c.pullwise.upstream.ServeWAN(b, *prof.WAN)
 				c.pullwise.writeHostsFor(host, "http://"+host, "")
 			}
 			var med, span = map[string]time.Duration{}, map[string]time.Duration{}
@@ -295,7 +294,7 @@ func benchBurst(b *testing.B, name, criImages string, image func(j int) registry
 					syscall.Sync()
 					c.evict(b)
 					b.StartTimer()
-					profiled := profileBurst(b, e, name, profile, i)
+					profiled := profileBurst(b, e, name, prof.Name, i)
 					cpu0, own0 := e.d.CPUTime(b), ownCPU(b)
 					d := pullAll(b, e, refs)
 					used := e.d.CPUTime(b) - cpu0

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pullwise/pullwise/integration/registry"
 )
 
 // The benchmarks' settings, PULLWISE_BENCH_* (docs/benchmarks.md,
@@ -39,46 +41,53 @@ func profileSeconds(t testing.TB) int {
 	return settingInt(t, "PULLWISE_BENCH_PROFILE_SECONDS", 2, 1, "a whole number of seconds, 1 or more")
 }
 
-// profiles are the benchmarks' network profiles, in the order they run:
-// "wan" is registry.DefaultWAN in front of the registry.
-var profiles = []string{"loopback", "wan"}
-
 // Profile is one of the benchmarks' network profiles.
 type Profile struct {
 	Name string
+	// WAN is the link in front of the registry; nil on loopback.
+	WAN *registry.WAN
 	// Index is its place among all the profiles, whichever
 	// PULLWISE_BENCH_PROFILES leaves out, so that a profile's runtimes
 	// start in the same order (Order) whether it runs alone or not.
 	Index int
 }
 
+// profiles are the benchmarks' network profiles, in the order they run.
+// Their Index is their place here, set by Profiles.
+var profiles = []Profile{{Name: "loopback"}, {Name: "wan", WAN: &registry.DefaultWAN}}
+
 // Profiles are the network profiles PULLWISE_BENCH_PROFILES asks for, in
-// the order they run (ProfileWanted).
+// the order they run (profileWanted).
 func Profiles(t testing.TB) []Profile {
 	t.Helper()
 	var out []Profile
 	for i, p := range profiles {
-		if ProfileWanted(t, p) {
-			out = append(out, Profile{Name: p, Index: i})
+		if profileWanted(t, p.Name) {
+			p.Index = i
+			out = append(out, p)
 		}
 	}
 	return out
 }
 
-// ProfileWanted says whether PULLWISE_BENCH_PROFILES (network profiles,
+// profileWanted says whether PULLWISE_BENCH_PROFILES (network profiles,
 // comma-separated; every one when unset) asks for the profile name. It
 // fails t on a name that is not a profile, which would otherwise run
 // nothing and pass.
-func ProfileWanted(t testing.TB, name string) bool {
+func profileWanted(t testing.TB, name string) bool {
 	t.Helper()
 	p := os.Getenv("PULLWISE_BENCH_PROFILES")
 	if p == "" {
 		return true
 	}
+	var names []string
+	for _, pr := range profiles {
+		names = append(names, pr.Name)
+	}
 	asked := strings.Split(p, ",")
 	for _, a := range asked {
-		if !slices.Contains(profiles, a) {
-			t.Fatalf("PULLWISE_BENCH_PROFILES=%q: want %s, comma-separated", p, strings.Join(profiles, " or "))
+		if !slices.Contains(names, a) {
+			t.Fatalf("PULLWISE_BENCH_PROFILES=%q: want %s, comma-separated", p, strings.Join(names, " or "))
 		}
 	}
 	return slices.Contains(asked, name)

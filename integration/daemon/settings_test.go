@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pullwise/pullwise/integration/registry"
 )
 
 // fatalRecorder is a testing.TB whose Fatalf records its message and
@@ -83,7 +85,7 @@ func TestProfileWanted(t *testing.T) {
 			want bool
 		}{{"loopback", tc.loopback}, {"wan", tc.wan}} {
 			rec := &fatalRecorder{TB: t}
-			got := ProfileWanted(rec, p.name)
+			got := profileWanted(rec, p.name)
 			if tc.refused {
 				if !strings.Contains(rec.msg, "PULLWISE_BENCH_PROFILES") {
 					t.Errorf("PULLWISE_BENCH_PROFILES=%q: not refused", tc.env)
@@ -101,14 +103,16 @@ func TestProfileWanted(t *testing.T) {
 // its place among all of them, so that the WAN alone starts its runtimes
 // in the order it has beside loopback.
 func TestProfiles(t *testing.T) {
+	loopback := Profile{Name: "loopback", Index: 0}
+	wan := Profile{Name: "wan", WAN: &registry.DefaultWAN, Index: 1}
 	for _, tc := range []struct {
 		env  string
 		want []Profile
 	}{
-		{"", []Profile{{"loopback", 0}, {"wan", 1}}},
-		{"wan", []Profile{{"wan", 1}}},
-		{"wan,loopback", []Profile{{"loopback", 0}, {"wan", 1}}},
-		{"loopback", []Profile{{"loopback", 0}}},
+		{"", []Profile{loopback, wan}},
+		{"wan", []Profile{wan}},
+		{"wan,loopback", []Profile{loopback, wan}},
+		{"loopback", []Profile{loopback}},
 	} {
 		t.Setenv("PULLWISE_BENCH_PROFILES", tc.env)
 		if got := Profiles(t); !slices.Equal(got, tc.want) {

@@ -124,7 +124,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 				runs[name] = run
 				start := func(b *testing.B, prePull bool) []time.Duration {
 					n := newNode(b, nodeOptions{
-						binary: c.binary, pullwise: c.config, transfer: c.transfer, wan: wanOf(prof),
+						binary: c.binary, pullwise: c.config, transfer: c.transfer, wan: prof.WAN,
 						upstream: upstream, noMirror: true, prePullPause: true,
 						// As in BenchmarkKubeletPodStart: kubelet's own pull
 						// rate limit would refuse a burst this size.

@@ -22,15 +22,6 @@ import (
 
 const benchPods = 20
 
-// wanOf is the link a network profile puts in front of the registry: nil
-// on loopback.
-func wanOf(p daemon.Profile) *registry.WAN {
-	if p.Name == "wan" {
-		return &registry.DefaultWAN
-	}
-	return nil
-}
-
 // benchPullwiseConfig is Pullwise's plugin TOML on the benchmarks' nodes.
 func benchPullwiseConfig(t testing.TB) string {
 	return fmt.Sprintf("[plugins.\"io.containerd.grpc.v1.pullwise\"]\n  max_parallel_image_pulls = %d\n", daemon.Limit(t))
@@ -75,7 +66,7 @@ func BenchmarkKubeletPodStart(b *testing.B) {
 					for b.Loop() {
 						b.StopTimer()
 						n := newNode(b, nodeOptions{
-							binary: c.binary, pullwise: c.config, wan: wanOf(prof),
+							binary: c.binary, pullwise: c.config, wan: prof.WAN,
 							upstream: upstream, noMirror: true, prePullPause: true,
 							// kubelet's own pull rate limit (5/s, burst 10)
 							// refuses 20 pulls at once with "pull QPS

@@ -25,7 +25,6 @@ type CDN struct {
 	bps      atomic.Int64 // per response; <= 0: unthrottled
 	stall    atomic.Bool  // answer nothing until the client goes away
 	server   *server
-	stop     func() error
 }
 
 func startCDN(root string) (*CDN, error) {
@@ -36,9 +35,11 @@ func startCDN(root string) (*CDN, error) {
 	c := &CDN{host: ln.Addr().String(), recorder: newRecorder(), files: http.FileServer(http.Dir(root))}
 	srv := &http.Server{Handler: c, ReadHeaderTimeout: 30 * time.Second}
 	c.server = serve(ln, srv)
-	c.stop = func() error { return shutdown(c.server, c.recorder) }
 	return c, nil
 }
+
+// stop drains the CDN and waits for its requests in flight.
+func (c *CDN) stop() error { return shutdown(c.server, c.recorder) }
 
 // redirectTo is the storage middleware that sends blob GETs to c.
 func (c *CDN) redirectTo() map[string][]configuration.Middleware {

@@ -45,13 +45,6 @@ func (s *server) state(c net.Conn, st http.ConnState) {
 	}
 }
 
-// unstartedLen is how many connections have not begun a request.
-func (s *server) unstartedLen() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.unstarted)
-}
-
 // drain stops the server, giving requests in flight shutdownGrace before
 // their connections are cut, and returns how serving ended (nil when by
 // drain or cut). A connection accepted while it closes the unstarted ones

@@ -55,3 +55,10 @@ func TestCloseDoesNotWaitForUnstartedConnections(t *testing.T) {
 		})
 	}
 }
+
+// unstartedLen is how many connections have not begun a request.
+func (s *server) unstartedLen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.unstarted)
+}
