@@ -16,14 +16,9 @@
 # The loop device reaches its file with direct I/O (losetup --direct-io),
 # as a node reaches its disk: through one page cache, the ext4's. A
 # buffered loop device caches every block again in its file's pages, and
-# each flush of it (each fdatasync or fsync that reaches it) fsyncs the
-# whole file, writing out whatever of it is cached dirty. On a buffered
-# one, the daemon that pulled later in a run was slower, stock or
-# Pullwise alike: the deploy burst over the WAN took 13.7-18.1 s (median
-# 14.6) pulled first and 14.4-20.4 s (median 17.4) pulled later, so a
-# run's ratio was 0.73-0.85 with Pullwise first and 0.97-1.26 with it
-# second (docs/benchmarks-history.md, "The place in the run was the
-# disk's"). With direct I/O either place took 14.1-15.1 s (four runs).
+# each flush of it fsyncs the whole file; on one, the daemon that pulled
+# later in a run was slower, stock or Pullwise alike, by more than the
+# daemons differed (docs/benchmarks.md, "The disk under the benchmarks").
 set -euo pipefail
 size=${BENCH_DISK_SIZE:-32G}
 if [ "$(id -u)" != 0 ]; then
@@ -49,7 +44,7 @@ dev=$(losetup --direct-io=on --find --show "$img")
 mount "$dev" "$mnt"
 # The kernel falls back to buffered I/O where the file's file system
 # cannot take direct I/O at the device's block size.
-if [ "$(cat "/sys/block/${dev#/dev/}/loop/dio")" != 1 ]; then
+if [ "$(losetup --list --noheadings --output DIO "$dev" | tr -d ' ')" != 1 ]; then
 	echo "benchdisk: $dev fell back to buffered I/O" >&2
 	exit 1
 fi
