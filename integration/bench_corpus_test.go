@@ -143,8 +143,11 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			// written is how long Pullwise's write turns were held, for
 			// the write floor.
 			var written time.Duration
+			var ran []string // the daemons, in the order the last burst ran them
 			for b.Loop() {
+				ran = ran[:0]
 				c.each(b, corpusRuns, func(name string, e *env) {
+					ran = append(ran, name)
 					b.StopTimer()
 					e.clean(b, refs)
 					syscall.Sync()
@@ -212,6 +215,15 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			for _, who := range names {
 				b.ReportMetric(daemonCPU[who].Seconds()/n, who+"-daemon-cpu-s")
 				b.ReportMetric(float64(peak[who])/(1<<20), who+"-peak-rss-MiB")
+			}
+			// Where each daemon ran, 1 first: hack/benchtable's order
+			// column, as a burst's figures are read against its place in
+			// the run. Of one burst only: over more, the order moves on
+			// with each.
+			if b.N == 1 {
+				for i, who := range ran {
+					b.ReportMetric(float64(i+1), who+"-place")
+				}
 			}
 			// The pulls' write turns are held one at a time, so the burst
 			// cannot be shorter than their time, and its share of the

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// docs is where the marked tables and their runs are, from this package.
+const docs = "../../docs"
+
+// TestDocsTables checks every table the docs mark with
+//
+//	<!-- benchtable: [-runs] FILE... -->
+//
+// against what benchtable makes of those runs (FILEs from docs/): a
+// figure edited by hand, a row lost in an edit or a run's file changed
+// shows here, not in a reader's doubt.
+func TestDocsTables(t *testing.T) {
+	pages, err := filepath.Glob(filepath.Join(docs, "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := 0
+	for _, page := range pages {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(text), "\n")
+		for i, line := range lines {
+			args, ok := strings.CutPrefix(line, "<!-- benchtable:")
+			if !ok {
+				continue
+			}
+			marked++
+			args = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(args), "-->"))
+			fields := strings.Fields(args)
+			perRun := len(fields) > 0 && fields[0] == "-runs"
+			if perRun {
+				fields = fields[1:]
+			}
+			for j := range fields {
+				fields[j] = filepath.Join(docs, fields[j])
+			}
+			var made strings.Builder
+			if err := tables(&made, perRun, fields); err != nil {
+				t.Errorf("%s:%d: %v", page, i+1, err)
+				continue
+			}
+			want := strings.Split(strings.TrimSuffix(made.String(), "\n"), "\n")
+			start := i + 1
+			for start < len(lines) && lines[start] == "" {
+				start++
+			}
+			got := lines[start:min(start+len(want), len(lines))]
+			for k := range want {
+				if k >= len(got) || got[k] != want[k] {
+					var have string
+					if k < len(got) {
+						have = got[k]
+					}
+					t.Errorf("%s:%d: the table is not what its runs make; make it again with (cd docs && go run ../hack/benchtable %s)\npage: %s\nruns: %s",
+						page, start+k+1, args, have, want[k])
+					break
+				}
+			}
+		}
+	}
+	if marked == 0 {
+		t.Fatalf("no page in %s marks a table with <!-- benchtable: ... -->: nothing was checked", docs)
+	}
+}

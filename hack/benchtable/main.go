@@ -1,0 +1,68 @@
+// Command benchtable turns the corpus benchmarks' output (go test -bench
+// 'Corpus' in ./integration/ and ./integration/kubelet/) into the tables
+// of docs/benchmarks.md and docs/benchmarks-history.md, each cell bold
+// where it misses issue 39's goal (goals.go):
+//
+//	go run ./hack/benchtable FILE...        per scenario, first · median · last over every run
+//	go run ./hack/benchtable -runs FILE...  a row per run, with noise, CPU, peak RSS and order
+//
+// FILEs are go test's output as it printed it, kubelet's and CRI's in any
+// mix; with none, it reads standard input. So a table in the docs can be
+// checked against, or made again from, the runs it was made from.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	perRun := flag.Bool("runs", false, "a row per run instead of the ranges over runs")
+	flag.Usage = func() {
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: benchtable [-runs] [FILE...]")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if err := tables(os.Stdout, *perRun, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+}
+
+// tables reads every file (standard input when there is none) and
+// writes the table asked for.
+func tables(w io.Writer, perRun bool, files []string) error {
+	var runs []run
+	read := func(r io.Reader, name string) error {
+		rs, err := readRuns(r, name)
+		runs = append(runs, rs...)
+		return err
+	}
+	if len(files) == 0 {
+		if err := read(os.Stdin, "stdin"); err != nil {
+			return err
+		}
+	}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		err = read(f, name)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if len(runs) == 0 {
+		return fmt.Errorf("no corpus runs with ratios in %v", files)
+	}
+	if perRun {
+		writeRuns(w, runs)
+	} else {
+		writeRanges(w, runs)
+	}
+	return nil
+}
