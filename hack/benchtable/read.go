@@ -36,7 +36,7 @@ func readRuns(r io.Reader, name string) ([]run, error) {
 	for br.Scan() {
 		res, ok := br.Result().(*benchfmt.Result)
 		if !ok {
-			continue // a syntax error is a line of go test's own: logs, PASS
+			continue // a Benchmark line benchfmt cannot read, as a failed benchmark's
 		}
 		base, parts := res.Name.Parts()
 		if len(parts) > 0 && parts[len(parts)-1][0] == '-' {
