@@ -140,6 +140,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			first, med, span := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}
 			smallMed, big := map[string]time.Duration{}, map[string]time.Duration{}
 			cpu, daemonCPU, peak := map[string]time.Duration{}, map[string]time.Duration{}, map[string]int64{}
+			faults := map[string]int64{}
 			// written is how long Pullwise's write turns were held, for
 			// the write floor.
 			var written time.Duration
@@ -161,9 +162,10 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					}
 					b.StartTimer()
 					profiled := profileBurst(b, e, name, profile, corpusRuns)
-					cpu0, own0 := e.d.CPUTime(b), ownCPU(b)
+					cpu0, own0, faults0 := e.d.CPUTime(b), ownCPU(b), e.d.PageFaults(b)
 					each := pullEach(b, e, refs)
 					used := e.d.CPUTime(b) - cpu0
+					faults[name] += e.d.PageFaults(b) - faults0
 					profiled()
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0
@@ -215,6 +217,7 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 			for _, who := range names {
 				b.ReportMetric(daemonCPU[who].Seconds()/n, who+"-daemon-cpu-s")
 				b.ReportMetric(float64(peak[who])/(1<<20), who+"-peak-rss-MiB")
+				b.ReportMetric(float64(faults[who])/n, who+"-page-faults")
 			}
 			// Where each daemon ran, 1 first: hack/benchtable's order
 			// column, as a burst's figures are read against its place in

@@ -326,23 +326,39 @@ func (d *Daemon) perfAsked(t testing.TB, wg *sync.WaitGroup, path string, second
 // CPUTime is the user and system CPU time containerd has used so far.
 func (d *Daemon) CPUTime(t testing.TB) time.Duration {
 	t.Helper()
+	// utime and stime, in clock ticks (100 a second on Linux, whatever
+	// the kernel's HZ).
+	ticks := d.stat(t, 14, 15)
+	return time.Duration(ticks[0]+ticks[1]) * 10 * time.Millisecond
+}
+
+// PageFaults is how many minor page faults containerd has taken so far:
+// one for each page of memory new to it that it touched, none for memory
+// it reuses. Where the MMU is paravirtualized each costs several times a
+// page's worth of work, so that memory churn shows as CPU.
+func (d *Daemon) PageFaults(t testing.TB) int64 {
+	t.Helper()
+	return d.stat(t, 10)[0] // minflt
+}
+
+// stat is fields ns (numbered as in proc(5), from 1) of containerd's
+// /proc/PID/stat, read at one instant.
+func (d *Daemon) stat(t testing.TB, ns ...int) []int64 {
+	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.PID()))
 	if err != nil {
-		t.Fatalf("containerd CPU time: %v", err)
+		t.Fatalf("containerd's /proc stat: %v", err)
 	}
-	// Fields after the command, which is in parentheses and may hold
-	// spaces: utime and stime are the 12th and 13th, in clock ticks (100
-	// a second on Linux, whatever the kernel's HZ).
+	// The fields after the command, which is in parentheses and may hold
+	// spaces, start at the third.
 	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	var ticks int64
-	for _, f := range fields[11:13] {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			t.Fatalf("containerd CPU time: %q: %v", f, err)
+	vs := make([]int64, len(ns))
+	for i, n := range ns {
+		if vs[i], err = strconv.ParseInt(fields[n-3], 10, 64); err != nil {
+			t.Fatalf("containerd's /proc stat field %d: %q: %v", n, fields[n-3], err)
 		}
-		ticks += n
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond
+	return vs
 }
 
 // ResetPeakRSS starts containerd's peak resident memory afresh (Linux's

@@ -52,11 +52,13 @@ func BenchmarkKubeletCorpusDeployBurst(b *testing.B) {
 }
 
 // corpusRun is one runtime's pod starts, by pod, with its floor's, and
-// its containerd's CPU time and peak resident memory over the cold start.
+// its containerd's CPU time, peak resident memory and page faults over
+// the cold start.
 type corpusRun struct {
 	cold, floor []time.Duration
 	cpu         time.Duration
 	peakRSS     int64
+	faults      int64
 	// written is how long Pullwise's write turns were held in the cold
 	// run (transfer/commits): the pulls' writes to the metadata database
 	// go one at a time, so the pulls took at least that long.
@@ -149,6 +151,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					syscall.Sync()
 					// Containerd's CPU, memory and profiles: of the cold run.
 					var cpu0 time.Duration
+					var faults0 int64
 					var written0 time.Duration
 					if !prePull {
 						// Scraped outside the CPU counted for the run.
@@ -156,12 +159,13 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 							written0 = n.d.WriteTime(b)
 						}
 						n.d.ResetPeakRSS(b)
-						cpu0 = n.d.CPUTime(b)
+						cpu0, faults0 = n.d.CPUTime(b), n.d.PageFaults(b)
 						defer n.d.ProfileAsked(b, fmt.Sprintf("%s.%s.%s.%d", scenarioName, name, prof.Name, burst))()
 					}
 					starts := startPods(b, n, refs)
 					if !prePull {
 						run.cpu, run.peakRSS = n.d.CPUTime(b)-cpu0, n.d.PeakRSS(b)
+						run.faults = n.d.PageFaults(b) - faults0
 						if name == "pullwise" {
 							run.written = n.d.WriteTime(b) - written0
 						}
@@ -284,6 +288,7 @@ func reportCorpusRatios(b *testing.B, runs map[string]*corpusRun, bigFirst bool)
 		b.ReportMetric(r.delay().median().Seconds(), who+"-delay-median-s")
 		b.ReportMetric(r.cpu.Seconds(), who+"-daemon-cpu-s")
 		b.ReportMetric(float64(r.peakRSS)/(1<<20), who+"-peak-rss-MiB")
+		b.ReportMetric(float64(r.faults), who+"-page-faults")
 	}
 	// The write floor against Pullwise's last pod: how much of the burst
 	// its pulls' writes alone took.

@@ -12,7 +12,9 @@
 // A layer's blob is in the content store before it is applied, so most
 // layers can be read into memory and inflated in one call: libdeflate
 // does that in a fraction of the CPU time klauspost/compress takes to
-// stream it (BenchmarkLayerFromFile). whole.go bounds the memory.
+// stream it (BenchmarkLayerFromFile). whole.go bounds the memory, and asks
+// for it in huge pages: in 4 KiB pages, inflating a layer whole into
+// memory new to the daemon cost more than streaming it, in page faults.
 //
 // A layer too large for that is streamed: pgzip inflates ahead of the
 // reader in a goroutine of its own, so the layer's unpacking can use a

@@ -10,8 +10,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/iotest"
+	"unsafe"
 
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/images"
@@ -417,4 +421,45 @@ func TestKeptBuffers(t *testing.T) {
 	}
 	putBuf(small)
 	budgetAllFree(t)
+}
+
+// TestBuffersAskForHugePages: a whole layer's buffers are advised huge
+// (hugePages), so that where the kernel gives huge pages to those who ask,
+// writing a layer faults once per 2 MiB rather than once per 4 KiB. The
+// kernel marks a mapping so advised "hg" in /proc/self/smaps.
+func TestBuffersAskForHugePages(t *testing.T) {
+	if _, err := os.Stat("/sys/kernel/mm/transparent_hugepage"); err != nil {
+		t.Skip("this kernel has no transparent huge pages to ask for")
+	}
+	unmapAllKept()
+	t.Cleanup(unmapAllKept)
+	b := getBuf(4 << 20)
+	if b == nil {
+		t.Fatal("no buffer from an unused budget")
+	}
+	defer putBuf(b)
+	addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(*b))))
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An entry starts with its range ("7f12a0000000-7f12a0400000 rw-p
+	// ..."); its fields follow, each named with a colon, VmFlags last.
+	var mine bool
+	for _, line := range strings.Split(string(smaps), "\n") {
+		first, _, _ := strings.Cut(line, " ")
+		if lo, hi, ok := strings.Cut(first, "-"); ok && !strings.HasSuffix(first, ":") {
+			start, err1 := strconv.ParseUint(lo, 16, 64)
+			end, err2 := strconv.ParseUint(hi, 16, 64)
+			mine = err1 == nil && err2 == nil && start <= addr && addr < end
+			continue
+		}
+		if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok && mine {
+			if !slices.Contains(strings.Fields(flags), "hg") {
+				t.Errorf("the buffer's mapping has VmFlags:%s, without hg (MADV_HUGEPAGE)", flags)
+			}
+			return
+		}
+	}
+	t.Fatalf("no mapping in /proc/self/smaps holds the buffer at %#x", addr)
 }

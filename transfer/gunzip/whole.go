@@ -173,9 +173,24 @@ func getBuf(n int) *[]byte {
 		budget.Release(int64(size))
 		return nil
 	}
+	hugePages(mem)
 	b := &mem
 	*b = (*b)[:n]
 	return b
+}
+
+// hugePages asks that mem be backed by huge pages where transparent huge
+// pages are on only for those who ask ("madvise", Debian's and Ubuntu's
+// default). Memory new to the process costs a page fault per page it
+// writes, and a layer written whole into 4 KiB pages pays one fault per
+// 4 KiB of the blob and of the tar: under a paravirtualized MMU that is
+// several times what inflating the layer costs (BenchmarkLayerFromFile,
+// whole-fresh), and a node's first pulls write into nothing but new
+// memory. In 2 MiB pages the faults are 512 times fewer. Where huge pages
+// are always on, or off, or the kernel lacks them, the advice changes
+// nothing, and its error is of no consequence.
+func hugePages(mem []byte) {
+	_ = unix.Madvise(mem, unix.MADV_HUGEPAGE)
 }
 
 // putBuf keeps b for a later layer, still counted in the budget.
