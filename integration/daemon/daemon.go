@@ -332,10 +332,12 @@ func (d *Daemon) CPUTime(t testing.TB) time.Duration {
 	return time.Duration(ticks[0]+ticks[1]) * 10 * time.Millisecond
 }
 
-// PageFaults is how many minor page faults containerd has taken so far:
-// one for each page of memory new to it that it touched, none for memory
-// it reuses. Where the MMU is paravirtualized each costs several times a
-// page's worth of work, so that memory churn shows as CPU.
+// PageFaults is how many minor page faults containerd has taken so far
+// (minflt): mostly pages of memory new to it, touched for the first time,
+// and pages of its mapped files (bbolt's) not yet in its page tables. On
+// a paravirtualized guest each costs far more than using a page it has,
+// so that memory churn shows as CPU (16.6 µs a page on EPYC-FC,
+// docs/benchmarks.md).
 func (d *Daemon) PageFaults(t testing.TB) int64 {
 	t.Helper()
 	return d.stat(t, 10)[0] // minflt

@@ -14,7 +14,8 @@
 // does that in a fraction of the CPU time klauspost/compress takes to
 // stream it (BenchmarkLayerFromFile). whole.go bounds the memory, and asks
 // for it in huge pages: in 4 KiB pages, inflating a layer whole into
-// memory new to the daemon cost more than streaming it, in page faults.
+// memory new to the daemon cost more than streaming it, in page faults,
+// on a paravirtualized guest (BenchmarkLayerFromFile, whole-fresh).
 //
 // A layer too large for that is streamed: pgzip inflates ahead of the
 // reader in a goroutine of its own, so the layer's unpacking can use a
