@@ -162,10 +162,11 @@ func benchCorpus(b *testing.B, name string, scenario func(corpus.Trees) []corpus
 					}
 					b.StartTimer()
 					profiled := profileBurst(b, e, name, profile, corpusRuns)
-					cpu0, own0, faults0 := e.d.CPUTime(b), ownCPU(b), e.d.PageFaults(b)
+					used0, own0 := e.d.Usage(b), ownCPU(b)
 					each := pullEach(b, e, refs)
-					used := e.d.CPUTime(b) - cpu0
-					faults[name] += e.d.PageFaults(b) - faults0
+					usage := e.d.Usage(b)
+					used := usage.CPU - used0.CPU
+					faults[name] += usage.PageFaults - used0.PageFaults
 					profiled()
 					daemonCPU[name] += used
 					cpu[name] += used + ownCPU(b) - own0

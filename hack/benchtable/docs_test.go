@@ -36,16 +36,16 @@ func TestDocsTables(t *testing.T) {
 			}
 			marked++
 			args = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(args), "-->"))
-			fields := strings.Fields(args)
-			perRun := len(fields) > 0 && fields[0] == "-runs"
-			if perRun {
-				fields = fields[1:]
+			perRun, files, err := parseArgs(strings.Fields(args))
+			if err != nil {
+				t.Errorf("%s:%d: %v", page, i+1, err)
+				continue
 			}
-			for j := range fields {
-				fields[j] = filepath.Join(docs, fields[j])
+			for j := range files {
+				files[j] = filepath.Join(docs, files[j])
 			}
 			var made strings.Builder
-			if err := tables(&made, perRun, fields); err != nil {
+			if err := tables(&made, perRun, files); err != nil {
 				t.Errorf("%s:%d: %v", page, i+1, err)
 				continue
 			}

@@ -19,16 +19,32 @@ import (
 )
 
 func main() {
-	perRun := flag.Bool("runs", false, "a row per run instead of the ranges over runs")
-	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: benchtable [-runs] [FILE...]")
-		flag.PrintDefaults()
+	perRun, files, err := parseArgs(os.Args[1:])
+	if err == flag.ErrHelp {
+		os.Exit(0)
 	}
-	flag.Parse()
-	if err := tables(os.Stdout, *perRun, flag.Args()); err != nil {
+	if err != nil {
+		os.Exit(2) // the flag set said why
+	}
+	if err := tables(os.Stdout, perRun, files); err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
 	}
+}
+
+// parseArgs reads benchtable's arguments, from the command line or from
+// a docs page's <!-- benchtable: ... --> comment (TestDocsTables).
+func parseArgs(args []string) (perRun bool, files []string, err error) {
+	fs := flag.NewFlagSet("benchtable", flag.ContinueOnError)
+	runs := fs.Bool("runs", false, "a row per run instead of the ranges over runs")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: benchtable [-runs] [FILE...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return false, nil, err
+	}
+	return *runs, fs.Args(), nil
 }
 
 // tables reads every file (standard input when there is none) and

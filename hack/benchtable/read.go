@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -95,6 +96,6 @@ func placed(m map[string]float64) []string {
 	if order == nil {
 		return nil
 	}
-	slices.SortStableFunc(order, func(a, b string) int { return int(m[a+"-place"] - m[b+"-place"]) })
+	slices.SortStableFunc(order, func(a, b string) int { return cmp.Compare(m[a+"-place"], m[b+"-place"]) })
 	return order
 }

@@ -89,9 +89,13 @@ type column struct{ kind, profile string }
 // A scenario with a big image gives its small images' median instead,
 // marked ¹.
 func writeRanges(w io.Writer, runs []run) {
+	type cellKey struct {
+		scenario string
+		column
+	}
 	var scenarios []string
 	var columns []column
-	byCell := map[string][]run{}
+	byCell := map[cellKey][]run{}
 	for _, r := range runs {
 		if !slices.Contains(scenarios, r.scenario) {
 			scenarios = append(scenarios, r.scenario)
@@ -100,7 +104,7 @@ func writeRanges(w io.Writer, runs []run) {
 		if !slices.Contains(columns, c) {
 			columns = append(columns, c)
 		}
-		key := r.scenario + "/" + r.kind + "/" + r.profile
+		key := cellKey{r.scenario, c}
 		byCell[key] = append(byCell[key], r)
 	}
 	// CRI before kubelet, loopback before the WAN, whatever the input's order.
@@ -121,7 +125,7 @@ func writeRanges(w io.Writer, runs []run) {
 	for _, s := range scenarios {
 		fmt.Fprintf(w, "| %s |", scenarioName(s))
 		for _, c := range columns {
-			rs := byCell[s+"/"+c.kind+"/"+c.profile]
+			rs := byCell[cellKey{s, c}]
 			if len(rs) == 0 {
 				fmt.Fprint(w, "  |")
 				continue

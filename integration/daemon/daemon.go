@@ -326,41 +326,44 @@ func (d *Daemon) perfAsked(t testing.TB, wg *sync.WaitGroup, path string, second
 // CPUTime is the user and system CPU time containerd has used so far.
 func (d *Daemon) CPUTime(t testing.TB) time.Duration {
 	t.Helper()
-	// utime and stime, in clock ticks (100 a second on Linux, whatever
-	// the kernel's HZ).
-	ticks := d.stat(t, 14, 15)
-	return time.Duration(ticks[0]+ticks[1]) * 10 * time.Millisecond
+	return d.Usage(t).CPU
 }
 
-// PageFaults is how many minor page faults containerd has taken so far
-// (minflt): mostly pages of memory new to it, touched for the first time,
-// and pages of its mapped files (bbolt's) not yet in its page tables. On
-// a paravirtualized guest each costs far more than using a page it has,
-// so that memory churn shows as CPU (16.6 µs a page on EPYC-FC,
-// docs/benchmarks.md).
-func (d *Daemon) PageFaults(t testing.TB) int64 {
-	t.Helper()
-	return d.stat(t, 10)[0] // minflt
+// Usage is what containerd has used so far, read from /proc/PID/stat at
+// one instant.
+type Usage struct {
+	CPU time.Duration // user and system
+	// PageFaults are its minor page faults (minflt): mostly pages of
+	// memory new to it, touched for the first time, and pages of its
+	// mapped files (bbolt's) not yet in its page tables. On a
+	// paravirtualized guest each costs far more than using a page it has,
+	// so that memory churn shows as CPU.
+	PageFaults int64
 }
 
-// stat is fields ns (numbered as in proc(5), from 1) of containerd's
-// /proc/PID/stat, read at one instant.
-func (d *Daemon) stat(t testing.TB, ns ...int) []int64 {
+// Usage reads containerd's Usage.
+func (d *Daemon) Usage(t testing.TB) Usage {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.PID()))
 	if err != nil {
 		t.Fatalf("containerd's /proc stat: %v", err)
 	}
 	// The fields after the command, which is in parentheses and may hold
-	// spaces, start at the third.
+	// spaces, start at the third of proc(5)'s.
 	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	vs := make([]int64, len(ns))
-	for i, n := range ns {
-		if vs[i], err = strconv.ParseInt(fields[n-3], 10, 64); err != nil {
+	field := func(n int) int64 {
+		v, err := strconv.ParseInt(fields[n-3], 10, 64)
+		if err != nil {
 			t.Fatalf("containerd's /proc stat field %d: %q: %v", n, fields[n-3], err)
 		}
+		return v
 	}
-	return vs
+	// utime and stime are in clock ticks: 100 a second on Linux,
+	// whatever the kernel's HZ.
+	return Usage{
+		CPU:        time.Duration(field(14)+field(15)) * 10 * time.Millisecond,
+		PageFaults: field(10),
+	}
 }
 
 // ResetPeakRSS starts containerd's peak resident memory afresh (Linux's

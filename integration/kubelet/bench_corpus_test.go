@@ -150,8 +150,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					// disk, so that its writeback does not slow this one.
 					syscall.Sync()
 					// Containerd's CPU, memory and profiles: of the cold run.
-					var cpu0 time.Duration
-					var faults0 int64
+					var used0 daemon.Usage
 					var written0 time.Duration
 					if !prePull {
 						// Scraped outside the CPU counted for the run.
@@ -159,13 +158,14 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 							written0 = n.d.WriteTime(b)
 						}
 						n.d.ResetPeakRSS(b)
-						cpu0, faults0 = n.d.CPUTime(b), n.d.PageFaults(b)
+						used0 = n.d.Usage(b)
 						defer n.d.ProfileAsked(b, fmt.Sprintf("%s.%s.%s.%d", scenarioName, name, prof.Name, burst))()
 					}
 					starts := startPods(b, n, refs)
 					if !prePull {
-						run.cpu, run.peakRSS = n.d.CPUTime(b)-cpu0, n.d.PeakRSS(b)
-						run.faults = n.d.PageFaults(b) - faults0
+						used := n.d.Usage(b)
+						run.cpu, run.faults = used.CPU-used0.CPU, used.PageFaults-used0.PageFaults
+						run.peakRSS = n.d.PeakRSS(b)
 						if name == "pullwise" {
 							run.written = n.d.WriteTime(b) - written0
 						}
