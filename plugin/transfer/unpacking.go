@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/core/unpack"
 	"github.com/containerd/log"
@@ -12,6 +13,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/applyopts"
 	"github.com/pullwise/pullwise/transfer/commits"
 	"github.com/pullwise/pullwise/transfer/gate"
+	"github.com/pullwise/pullwise/transfer/gunzip"
 	"github.com/pullwise/pullwise/transfer/implied"
 	"github.com/pullwise/pullwise/transfer/lane"
 	"github.com/pullwise/pullwise/transfer/lazy"
@@ -71,7 +73,8 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 	dirs := implied.NewDirs()
 	for _, up := range append(configured, loaded...) {
 		up.Snapshotter = commits.Snapshotter{Snapshotter: up.Snapshotter, Turns: turns}
-		a := up.Applier
+		// A gzip layer's reader learns its blob's size (transfer/gunzip).
+		var a diff.Applier = gunzip.Applier{Applier: up.Applier}
 		if u.parallel {
 			a = implied.Applier{Applier: a, Content: db.ContentStore(), Dirs: dirs}
 			up.Snapshotter = implied.Snapshotter{Snapshotter: up.Snapshotter, Dirs: dirs}

@@ -140,7 +140,7 @@ func open(ctx context.Context, stream diff.StreamProcessor, _ map[string]typeurl
 		return &processor{ReadCloser: ds, ctx: ctx, pace: pace}, nil
 	}
 	p := &processor{ctx: ctx, pace: pace}
-	tar, compressed, err := readWhole(br, &p.held)
+	tar, compressed, err := readWhole(br, blobSize(ctx), &p.held)
 	if err != nil {
 		return nil, fmt.Errorf("read gzip layer: %w", err)
 	}

@@ -19,8 +19,9 @@ import (
 
 // BenchmarkLayerFromFile inflates a 16 MiB layer read as containerd's
 // applier reads it, from a content store file where every Read is a
-// pread: whole (into kept buffers, or into fresh memory), streamed with
-// read-ahead, and by containerd's own decompression. It reports the
+// pread: whole (into kept buffers, or into fresh memory; told the blob's
+// size or not), streamed with read-ahead, and by containerd's own
+// decompression. It reports the
 // process's CPU time per layer, read-ahead goroutines included: wall time
 // alone would hide what the overlap costs.
 func BenchmarkLayerFromFile(b *testing.B) {
@@ -38,10 +39,14 @@ func BenchmarkLayerFromFile(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
-	handler := func(r io.Reader) (io.ReadCloser, error) {
-		start, _ := Handler(ctx, ocispec.MediaTypeImageLayerGzip)
-		return start(ctx, diff.NewProcessorChain(ocispec.MediaTypeImageLayerGzip, r), nil)
+	// As Pullwise's unpacking applies a layer: told the blob's size
+	// (Applier); unsized, as a layer applied by another path is.
+	sized := context.WithValue(context.Background(), sizeKey{}, fi.Size())
+	handler := func(ctx context.Context) func(io.Reader) (io.ReadCloser, error) {
+		return func(r io.Reader) (io.ReadCloser, error) {
+			start, _ := Handler(ctx, ocispec.MediaTypeImageLayerGzip)
+			return start(ctx, diff.NewProcessorChain(ocispec.MediaTypeImageLayerGzip, r), nil)
+		}
 	}
 	for _, tc := range []struct {
 		name     string
@@ -51,16 +56,18 @@ func BenchmarkLayerFromFile(b *testing.B) {
 		fresh bool
 		open  func(io.Reader) (io.ReadCloser, error)
 	}{
-		{"whole", false, false, handler},
-		{"whole-fresh", false, true, handler},
-		{"read-ahead", true, false, handler},
+		{"whole", false, false, handler(sized)},
+		{"whole-fresh", false, true, handler(sized)},
+		{"whole-unsized", false, false, handler(context.Background())},
+		{"whole-unsized-fresh", false, true, handler(context.Background())},
+		{"read-ahead", true, false, handler(sized)},
 		{"containerd", false, false, func(r io.Reader) (io.ReadCloser, error) { return compression.DecompressStream(r) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			if tc.streamed {
 				set(b, &maxTar, -1)
 			}
-			b.Cleanup(unmapAllKept)
+			b.Cleanup(func() { unmapAllKept() })
 			b.SetBytes(int64(len(tarball)))
 			// The tar reader beneath containerd's applier copies in 32 KiB.
 			buf := make([]byte, 32<<10)

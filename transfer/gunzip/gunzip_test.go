@@ -19,6 +19,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/klauspost/compress/zstd"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.uber.org/goleak"
@@ -83,15 +84,14 @@ func zstded(t *testing.T, p []byte) []byte {
 // a processor chain from the descriptor's media type.
 func uncompress(t *testing.T, mediaType string, blob []byte) ([]byte, error) {
 	t.Helper()
-	out, _, err := uncompressFrom(t, mediaType, bytes.NewReader(blob))
+	out, _, err := uncompressFrom(t, context.Background(), mediaType, bytes.NewReader(blob))
 	return out, err
 }
 
-// uncompressFrom is uncompress from any reader, and says whether the
-// layer was inflated whole.
-func uncompressFrom(t *testing.T, mediaType string, r io.Reader) (out []byte, whole bool, err error) {
+// uncompressFrom is uncompress from any reader, in ctx, and says whether
+// the layer was inflated whole.
+func uncompressFrom(t *testing.T, ctx context.Context, mediaType string, r io.Reader) (out []byte, whole bool, err error) {
 	t.Helper()
-	ctx := context.Background()
 	start, ok := Handler(ctx, mediaType)
 	if !ok {
 		t.Fatalf("Handler(%s) did not claim a gzip layer", mediaType)
@@ -180,7 +180,7 @@ func TestUncompressedLayerIsTheTarStream(t *testing.T) {
 	eachWay(t, func(t *testing.T, whole bool) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
-				got, gotWhole, err := uncompressFrom(t, c.mediaType, bytes.NewReader(c.blob))
+				got, gotWhole, err := uncompressFrom(t, context.Background(), c.mediaType, bytes.NewReader(c.blob))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -224,7 +224,7 @@ func TestLargeLayersAreStreamed(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.limit(t)
-			got, whole, err := uncompressFrom(t, ocispec.MediaTypeImageLayerGzip, bytes.NewReader(gzipped(t, c.tar)))
+			got, whole, err := uncompressFrom(t, context.Background(), ocispec.MediaTypeImageLayerGzip, bytes.NewReader(gzipped(t, c.tar)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -237,6 +237,79 @@ func TestLargeLayersAreStreamed(t *testing.T) {
 		})
 	}
 	budgetAllFree(t)
+}
+
+// TestKnownBlobSize: told its blob's size (Applier), a layer is read into
+// one buffer of that size, and one too large to read whole is not read
+// into memory at all. The size is a hint: a stream of another length is
+// still read to its end.
+func TestKnownBlobSize(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	tarball := layerTar(t, 3<<20)
+	blob := gzipped(t, tarball)
+	size := int64(len(blob))
+	cases := []struct {
+		name  string
+		size  int64 // what the context says
+		limit int   // maxBlob
+		whole bool
+		// mapped is how many buffers the layer mapped: the blob's and
+		// the tar stream's when inflated whole.
+		mapped int
+	}{
+		{"known", size, maxBlob, true, 2},
+		{"not known", 0, maxBlob, true, 3}, // 1 MiB, then 2 MiB, for a blob over 1 MiB
+		{"known, over maxBlob", size, int(size) - 1, false, 0},
+		{"told too little", size / 2, maxBlob, true, 3},
+		{"told too much", 2 * size, maxBlob, true, 2},
+	}
+	if size <= 1<<minBufShift || size > 2<<minBufShift {
+		t.Fatalf("the blob is %d bytes; the cases count buffers for a blob between 1 and 2 MiB", size)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			set(t, &maxBlob, c.limit)
+			unmapAllKept()
+			ctx := appliedCtx(t, ocispec.Descriptor{Size: c.size})
+			got, whole, err := uncompressFrom(t, ctx, ocispec.MediaTypeImageLayerGzip, bytes.NewReader(blob))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, tarball) {
+				t.Fatalf("got %d bytes, want the %d bytes of the tar stream", len(got), len(tarball))
+			}
+			if want := c.whole && wholeLayers; whole != want {
+				t.Errorf("inflated whole: %t, want %t", whole, want)
+			}
+			// Every buffer a layer maps is kept when it closes; a build
+			// without libdeflate maps none.
+			want := c.mapped
+			if !wholeLayers {
+				want = 0
+			}
+			if n := unmapAllKept(); n != want {
+				t.Errorf("the layer mapped %d buffers, want %d", n, want)
+			}
+		})
+	}
+}
+
+// appliedCtx is the context Applier gives the layer of desc.
+func appliedCtx(t *testing.T, desc ocispec.Descriptor) context.Context {
+	t.Helper()
+	var got context.Context
+	a := Applier{Applier: applierFunc(func(ctx context.Context) { got = ctx })}
+	if _, err := a.Apply(context.Background(), desc, nil); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+type applierFunc func(ctx context.Context)
+
+func (f applierFunc) Apply(ctx context.Context, _ ocispec.Descriptor, _ []mount.Mount, _ ...diff.ApplyOpt) (ocispec.Descriptor, error) {
+	f(ctx)
+	return ocispec.Descriptor{}, nil
 }
 
 // budgetAllFree fails the test unless every layer has given its memory
@@ -258,7 +331,7 @@ func TestUnreadableLayerFails(t *testing.T) {
 	blob := gzipped(t, layerTar(t, 2<<20))
 	eachWay(t, func(t *testing.T, _ bool) {
 		r := io.MultiReader(bytes.NewReader(blob[:len(blob)/2]), iotest.ErrReader(errDisk))
-		if _, _, err := uncompressFrom(t, ocispec.MediaTypeImageLayerGzip, r); !errors.Is(err, errDisk) {
+		if _, _, err := uncompressFrom(t, context.Background(), ocispec.MediaTypeImageLayerGzip, r); !errors.Is(err, errDisk) {
 			t.Fatalf("err = %v, want %v", err, errDisk)
 		}
 	})
@@ -390,9 +463,12 @@ func TestOtherLayersAreLeftToContainerd(t *testing.T) {
 }
 
 // unmapAllKept gives back the memory kept for later layers.
-func unmapAllKept() {
+// unmapAllKept unmaps every kept buffer and says how many it unmapped.
+func unmapAllKept() (n int) {
 	for unmapKept() {
+		n++
 	}
+	return n
 }
 
 // TestKeptBuffers: a buffer given back is the next one of its size; kept
@@ -432,7 +508,7 @@ func TestBuffersAskForHugePages(t *testing.T) {
 		t.Skip("this kernel has no transparent huge pages to ask for")
 	}
 	unmapAllKept()
-	t.Cleanup(unmapAllKept)
+	t.Cleanup(func() { unmapAllKept() })
 	b := getBuf(4 << 20)
 	if b == nil {
 		t.Fatal("no buffer from an unused budget")

@@ -47,15 +47,16 @@ func (h *held) releaseAll() {
 	}
 }
 
-// readWhole reads a gzip layer from br and inflates it whole if it can.
+// readWhole reads a gzip layer from br and inflates it whole if it can;
+// size is its blob's, 0 when not known (blobSize).
 // It returns the tar stream when it could; otherwise the stream to inflate
 // as before, which starts with whatever readWhole read. Either way h holds
 // the memory to give back when the layer is closed; on error, nothing.
-func readWhole(br *bufio.Reader, h *held) (tar *bytes.Reader, compressed io.Reader, err error) {
+func readWhole(br *bufio.Reader, size int64, h *held) (tar *bytes.Reader, compressed io.Reader, err error) {
 	if !wholeLayers {
 		return nil, br, nil
 	}
-	blob, complete, err := readBlob(br, h)
+	blob, complete, err := readBlob(br, size, h)
 	if err != nil {
 		h.releaseAll()
 		return nil, nil, err
@@ -72,16 +73,16 @@ func readWhole(br *bufio.Reader, h *held) (tar *bytes.Reader, compressed io.Read
 	}
 	// The trailer's ISIZE: the tar stream's length modulo 2³². A member
 	// that inflates to more does not fit, and is streamed.
-	size := int(binary.LittleEndian.Uint32((*blob)[len(*blob)-4:]))
-	if size > maxTar {
+	tarSize := int(binary.LittleEndian.Uint32((*blob)[len(*blob)-4:]))
+	if tarSize > maxTar {
 		return nil, streamed, nil
 	}
-	out := getBuf(size)
+	out := getBuf(tarSize)
 	if out == nil {
 		return nil, streamed, nil
 	}
 	h.take(out)
-	n, ok := inflate((*out)[:size], *blob)
+	n, ok := inflate((*out)[:tarSize], *blob)
 	if !ok {
 		h.release(out)
 		return nil, streamed, nil
@@ -96,10 +97,19 @@ const gzipMinSize = 18
 
 // readBlob reads br to its end into a buffer of the budget's, up to
 // maxBlob. complete is false when the blob is larger; blob is nil when
-// the budget had no room to start.
-func readBlob(br *bufio.Reader, h *held) (blob *[]byte, complete bool, err error) {
-	// The smallest buffer; it doubles as the blob turns out larger.
-	blob = getBuf(1 << minBufShift)
+// the budget had no room to start, or when size, the blob's size if
+// known, is already more than maxBlob.
+func readBlob(br *bufio.Reader, size int64, h *held) (blob *[]byte, complete bool, err error) {
+	// Not known, the smallest buffer; it doubles as the blob turns out
+	// larger.
+	first := 1 << minBufShift
+	if size > 0 {
+		if size > int64(maxBlob) {
+			return nil, false, nil
+		}
+		first = int(size)
+	}
+	blob = getBuf(first)
 	if blob == nil {
 		return nil, false, nil
 	}
@@ -107,13 +117,19 @@ func readBlob(br *bufio.Reader, h *held) (blob *[]byte, complete bool, err error
 	n := 0
 	for {
 		if n == len(*blob) {
+			// A buffer just the blob's size is full at the blob's end.
+			_, err := br.Peek(1)
+			if errors.Is(err, io.EOF) {
+				return blob, true, nil
+			}
+			if err != nil {
+				return nil, false, err
+			}
 			if n >= maxBlob {
-				*blob = (*blob)[:n]
 				return blob, false, nil
 			}
 			bigger := getBuf(min(2*n, maxBlob))
 			if bigger == nil {
-				*blob = (*blob)[:n]
 				return blob, false, nil
 			}
 			h.take(bigger)
