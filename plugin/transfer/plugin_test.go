@@ -1,11 +1,16 @@
 package transfer
 
 import (
+	"context"
 	"runtime"
 	"testing"
 
+	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/core/unpack"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/pullwise/pullwise/transfer/gunzip"
 )
 
 func TestParallelUnpack(t *testing.T) {
@@ -42,5 +47,38 @@ func TestDefaultUnpacksInParallelWithMoreThanOneCPU(t *testing.T) {
 	overlay := []unpack.Platform{{SnapshotterCapabilities: []string{snapshots.RebaseCap}}}
 	if got, want := parallelUnpack(c.MaxConcurrentUnpacks, overlay), runtime.NumCPU() > 1; got != want {
 		t.Errorf("parallel unpack by default on overlayfs with %d CPUs: %t, want %t", runtime.NumCPU(), got, want)
+	}
+}
+
+// TestEveryPlatformTellsLayersTheirBlobSize: whichever applier a platform
+// ends with (containerd's, or transfer/implied's in parallel unpack), its
+// layers' gzip readers learn their blob's size from the apply options,
+// which both pass on to the stream processors.
+func TestEveryPlatformTellsLayersTheirBlobSize(t *testing.T) {
+	shared := make([]diff.ApplyOpt, 1, 4) // room after it: appending must not write there
+	shared[0] = diff.WithSyncFs(true)
+	configured := []unpack.Platform{{SnapshotterKey: "overlayfs", ApplyOpts: shared}, {SnapshotterKey: "native", ApplyOpts: shared}}
+	loaded := []unpack.Platform{{SnapshotterKey: "soci"}}
+	u := newUnpacking(defaultConfig(), nil, nil, configured, loaded)
+	if len(u.platforms) != 3 {
+		t.Fatalf("%d platforms, want 3", len(u.platforms))
+	}
+	for i, up := range u.platforms {
+		var c diff.ApplyConfig
+		desc := ocispec.Descriptor{Size: int64(1000 + i)}
+		for _, o := range up.ApplyOpts {
+			if err := o(context.Background(), desc, &c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := gunzip.BlobSizeFrom(c.ProcessorPayloads); got != desc.Size {
+			t.Errorf("%s: a layer's processors are told its blob is %d bytes, want %d", up.SnapshotterKey, got, desc.Size)
+		}
+		if i < len(configured) && !c.SyncFs {
+			t.Errorf("%s: the platform's own apply options were lost", up.SnapshotterKey)
+		}
+	}
+	if len(shared) != 1 || shared[:2][1] != nil {
+		t.Error("a platform's apply options were appended into a slice the configured platforms share")
 	}
 }

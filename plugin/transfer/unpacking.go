@@ -2,9 +2,9 @@ package transfer
 
 import (
 	"context"
+	"slices"
 	"time"
 
-	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/core/unpack"
 	"github.com/containerd/log"
@@ -73,12 +73,14 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 	dirs := implied.NewDirs()
 	for _, up := range append(configured, loaded...) {
 		up.Snapshotter = commits.Snapshotter{Snapshotter: up.Snapshotter, Turns: turns}
-		// A gzip layer's reader learns its blob's size (transfer/gunzip).
-		var a diff.Applier = gunzip.Applier{Applier: up.Applier}
+		a := up.Applier
 		if u.parallel {
 			a = implied.Applier{Applier: a, Content: db.ContentStore(), Dirs: dirs}
 			up.Snapshotter = implied.Snapshotter{Snapshotter: up.Snapshotter, Dirs: dirs}
 		}
+		// A gzip layer's reader learns its blob's size (transfer/gunzip);
+		// clipped, so that platforms never share what is appended.
+		up.ApplyOpts = append(slices.Clip(up.ApplyOpts), gunzip.WithBlobSize())
 		// CRI's apply options (image_pull_with_sync_fs, decryption) reach
 		// its pulls' layers through the context (transfer/applyopts).
 		up.Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: u.ratio}}, Lane: unpacks, Costs: u.costs}

@@ -124,7 +124,7 @@ func openZstd(ctx context.Context, stream diff.StreamProcessor, _ map[string]typ
 	return &processor{ReadCloser: ds, ctx: ctx, pace: pace}, nil
 }
 
-func open(ctx context.Context, stream diff.StreamProcessor, _ map[string]typeurl.Any) (diff.StreamProcessor, error) {
+func open(ctx context.Context, stream diff.StreamProcessor, payloads map[string]typeurl.Any) (diff.StreamProcessor, error) {
 	pace := lane.PacerOf(ctx)
 	if err := pace.Wait(ctx); err != nil {
 		return nil, err
@@ -140,7 +140,7 @@ func open(ctx context.Context, stream diff.StreamProcessor, _ map[string]typeurl
 		return &processor{ReadCloser: ds, ctx: ctx, pace: pace}, nil
 	}
 	p := &processor{ctx: ctx, pace: pace}
-	tar, compressed, err := readWhole(br, blobSize(ctx), &p.held)
+	tar, compressed, err := readWhole(br, BlobSizeFrom(payloads), &p.held)
 	if err != nil {
 		return nil, fmt.Errorf("read gzip layer: %w", err)
 	}

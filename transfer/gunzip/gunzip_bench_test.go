@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
+	"github.com/containerd/typeurl/v2"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
@@ -40,12 +41,13 @@ func BenchmarkLayerFromFile(b *testing.B) {
 		b.Fatal(err)
 	}
 	// As Pullwise's unpacking applies a layer: told the blob's size
-	// (Applier); unsized, as a layer applied by another path is.
-	sized := context.WithValue(context.Background(), sizeKey{}, fi.Size())
-	handler := func(ctx context.Context) func(io.Reader) (io.ReadCloser, error) {
+	// (WithBlobSize); unsized, as a layer applied by another path is.
+	ctx := context.Background()
+	sized := payloadsOf(b, ocispec.Descriptor{Size: fi.Size()})
+	handler := func(payloads map[string]typeurl.Any) func(io.Reader) (io.ReadCloser, error) {
 		return func(r io.Reader) (io.ReadCloser, error) {
 			start, _ := Handler(ctx, ocispec.MediaTypeImageLayerGzip)
-			return start(ctx, diff.NewProcessorChain(ocispec.MediaTypeImageLayerGzip, r), nil)
+			return start(ctx, diff.NewProcessorChain(ocispec.MediaTypeImageLayerGzip, r), payloads)
 		}
 	}
 	for _, tc := range []struct {
@@ -58,8 +60,8 @@ func BenchmarkLayerFromFile(b *testing.B) {
 	}{
 		{"whole", false, false, handler(sized)},
 		{"whole-fresh", false, true, handler(sized)},
-		{"whole-unsized", false, false, handler(context.Background())},
-		{"whole-unsized-fresh", false, true, handler(context.Background())},
+		{"whole-unsized", false, false, handler(nil)},
+		{"whole-unsized-fresh", false, true, handler(nil)},
 		{"read-ahead", true, false, handler(sized)},
 		{"containerd", false, false, func(r io.Reader) (io.ReadCloser, error) { return compression.DecompressStream(r) }},
 	} {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/typeurl/v2"
 	"github.com/klauspost/compress/zstd"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.uber.org/goleak"
@@ -84,19 +84,20 @@ func zstded(t *testing.T, p []byte) []byte {
 // a processor chain from the descriptor's media type.
 func uncompress(t *testing.T, mediaType string, blob []byte) ([]byte, error) {
 	t.Helper()
-	out, _, err := uncompressFrom(t, context.Background(), mediaType, bytes.NewReader(blob))
+	out, _, err := uncompressFrom(t, nil, mediaType, bytes.NewReader(blob))
 	return out, err
 }
 
-// uncompressFrom is uncompress from any reader, in ctx, and says whether
-// the layer was inflated whole.
-func uncompressFrom(t *testing.T, ctx context.Context, mediaType string, r io.Reader) (out []byte, whole bool, err error) {
+// uncompressFrom is uncompress from any reader, with the apply's
+// payloads, and says whether the layer was inflated whole.
+func uncompressFrom(t *testing.T, payloads map[string]typeurl.Any, mediaType string, r io.Reader) (out []byte, whole bool, err error) {
 	t.Helper()
+	ctx := context.Background()
 	start, ok := Handler(ctx, mediaType)
 	if !ok {
 		t.Fatalf("Handler(%s) did not claim a gzip layer", mediaType)
 	}
-	p, err := start(ctx, diff.NewProcessorChain(mediaType, r), nil)
+	p, err := start(ctx, diff.NewProcessorChain(mediaType, r), payloads)
 	if err != nil {
 		return nil, false, err
 	}
@@ -180,7 +181,7 @@ func TestUncompressedLayerIsTheTarStream(t *testing.T) {
 	eachWay(t, func(t *testing.T, whole bool) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
-				got, gotWhole, err := uncompressFrom(t, context.Background(), c.mediaType, bytes.NewReader(c.blob))
+				got, gotWhole, err := uncompressFrom(t, nil, c.mediaType, bytes.NewReader(c.blob))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -224,7 +225,7 @@ func TestLargeLayersAreStreamed(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.limit(t)
-			got, whole, err := uncompressFrom(t, context.Background(), ocispec.MediaTypeImageLayerGzip, bytes.NewReader(gzipped(t, c.tar)))
+			got, whole, err := uncompressFrom(t, nil, ocispec.MediaTypeImageLayerGzip, bytes.NewReader(gzipped(t, c.tar)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -239,7 +240,7 @@ func TestLargeLayersAreStreamed(t *testing.T) {
 	budgetAllFree(t)
 }
 
-// TestKnownBlobSize: told its blob's size (Applier), a layer is read into
+// TestKnownBlobSize: told its blob's size (WithBlobSize), a layer is read into
 // one buffer of that size, and one too large to read whole is not read
 // into memory at all. The size is a hint: a stream of another length is
 // still read to its end.
@@ -270,8 +271,8 @@ func TestKnownBlobSize(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			set(t, &maxBlob, c.limit)
 			unmapAllKept()
-			ctx := appliedCtx(t, ocispec.Descriptor{Size: c.size})
-			got, whole, err := uncompressFrom(t, ctx, ocispec.MediaTypeImageLayerGzip, bytes.NewReader(blob))
+			payloads := payloadsOf(t, ocispec.Descriptor{Size: c.size})
+			got, whole, err := uncompressFrom(t, payloads, ocispec.MediaTypeImageLayerGzip, bytes.NewReader(blob))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -294,22 +295,23 @@ func TestKnownBlobSize(t *testing.T) {
 	}
 }
 
-// appliedCtx is the context Applier gives the layer of desc.
-func appliedCtx(t *testing.T, desc ocispec.Descriptor) context.Context {
+// payloadsOf is what WithBlobSize gives desc's stream processors, as an
+// applier passes them on, beside a payload of another processor's that
+// must be kept.
+func payloadsOf(t testing.TB, desc ocispec.Descriptor) map[string]typeurl.Any {
 	t.Helper()
-	var got context.Context
-	a := Applier{Applier: applierFunc(func(ctx context.Context) { got = ctx })}
-	if _, err := a.Apply(context.Background(), desc, nil); err != nil {
+	other := map[string]typeurl.Any{"another.processor": sizePayload(-1)}
+	c := diff.ApplyConfig{ProcessorPayloads: other}
+	if err := WithBlobSize()(context.Background(), desc, &c); err != nil {
 		t.Fatal(err)
 	}
-	return got
-}
-
-type applierFunc func(ctx context.Context)
-
-func (f applierFunc) Apply(ctx context.Context, _ ocispec.Descriptor, _ []mount.Mount, _ ...diff.ApplyOpt) (ocispec.Descriptor, error) {
-	f(ctx)
-	return ocispec.Descriptor{}, nil
+	if c.ProcessorPayloads["another.processor"] == nil {
+		t.Fatal("WithBlobSize dropped another processor's payload")
+	}
+	if len(other) != 1 {
+		t.Fatal("WithBlobSize wrote into the payloads it was given, which other layers may share")
+	}
+	return c.ProcessorPayloads
 }
 
 // budgetAllFree fails the test unless every layer has given its memory
@@ -331,7 +333,7 @@ func TestUnreadableLayerFails(t *testing.T) {
 	blob := gzipped(t, layerTar(t, 2<<20))
 	eachWay(t, func(t *testing.T, _ bool) {
 		r := io.MultiReader(bytes.NewReader(blob[:len(blob)/2]), iotest.ErrReader(errDisk))
-		if _, _, err := uncompressFrom(t, context.Background(), ocispec.MediaTypeImageLayerGzip, r); !errors.Is(err, errDisk) {
+		if _, _, err := uncompressFrom(t, nil, ocispec.MediaTypeImageLayerGzip, r); !errors.Is(err, errDisk) {
 			t.Fatalf("err = %v, want %v", err, errDisk)
 		}
 	})

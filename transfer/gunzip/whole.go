@@ -48,7 +48,7 @@ func (h *held) releaseAll() {
 }
 
 // readWhole reads a gzip layer from br and inflates it whole if it can;
-// size is its blob's, 0 when not known (blobSize).
+// size is its blob's, 0 when not known (WithBlobSize).
 // It returns the tar stream when it could; otherwise the stream to inflate
 // as before, which starts with whatever readWhole read. Either way h holds
 // the memory to give back when the layer is closed; on error, nothing.
