@@ -34,8 +34,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/pullwise-ab-XXXXXX")}
 mkdir -p "$out"
-# The version golang.org/x/perf was tried at; go run fetches it once.
-benchstat=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+# benchstat at the version of golang.org/x/perf that go.mod requires
+# (hack/benchtable reads go test's output with it), so that the project
+# holds one; go run fetches it once.
+benchstat=golang.org/x/perf/cmd/benchstat@$(go list -m -f '{{.Version}}' golang.org/x/perf)
 
 # bins NAME SPEC prints the directory of SPEC's binaries, building a
 # revision in a worktree of its own. Stock containerd and kubelet come
