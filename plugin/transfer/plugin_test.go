@@ -50,10 +50,11 @@ func TestDefaultUnpacksInParallelWithMoreThanOneCPU(t *testing.T) {
 	}
 }
 
-// TestEveryPlatformTellsLayersTheirBlobSize: whichever applier a platform
-// ends with (containerd's, or transfer/implied's in parallel unpack), its
-// layers' gzip readers learn their blob's size from the apply options,
-// which both pass on to the stream processors.
+// TestEveryPlatformTellsLayersTheirBlobSize: every platform's apply
+// options, configured or loaded, give a layer's gzip reader its blob's
+// size. Options, not a wrapper: both appliers a platform can end with
+// (containerd's, and transfer/implied's in parallel unpack, which applies
+// layers itself) pass the options' payloads to the stream processors.
 func TestEveryPlatformTellsLayersTheirBlobSize(t *testing.T) {
 	shared := make([]diff.ApplyOpt, 1, 4) // room after it: appending must not write there
 	shared[0] = diff.WithSyncFs(true)

@@ -47,8 +47,9 @@ func BlobSizeFrom(payloads map[string]typeurl.Any) int64 {
 // stream_processors in containerd's config.
 const sizePayloadID = "io.containerd.pullwise.gunzip.v1.blob-size"
 
-// sizePayload is handed over in the daemon, never marshalled; it is a
-// typeurl.Any only as the payloads' type asks.
+// sizePayload is handed over as is within the daemon. Through a proxy
+// differ it is marshalled with the other payloads, and the far side,
+// knowing nothing of it, reads no size: the layer is read as before.
 type sizePayload int64
 
 func (sizePayload) GetTypeUrl() string { return sizePayloadID }

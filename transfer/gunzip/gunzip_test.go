@@ -251,7 +251,7 @@ func TestKnownBlobSize(t *testing.T) {
 	size := int64(len(blob))
 	cases := []struct {
 		name  string
-		size  int64 // what the context says
+		size  int64 // what the payloads say
 		limit int   // maxBlob
 		whole bool
 		// mapped is how many buffers the layer mapped: the blob's and
@@ -261,7 +261,8 @@ func TestKnownBlobSize(t *testing.T) {
 		{"known", size, maxBlob, true, 2},
 		{"not known", 0, maxBlob, true, 3}, // 1 MiB, then 2 MiB, for a blob over 1 MiB
 		{"known, over maxBlob", size, int(size) - 1, false, 0},
-		{"told too little", size / 2, maxBlob, true, 3},
+		{"told too little", size / 2, maxBlob, true, 3}, // 1 MiB filled, then 2 MiB
+		{"told one byte", 1, maxBlob, true, 3},          // the same: the 1 MiB buffer filled first
 		{"told too much", 2 * size, maxBlob, true, 2},
 	}
 	if size <= 1<<minBufShift || size > 2<<minBufShift {
@@ -464,8 +465,8 @@ func TestOtherLayersAreLeftToContainerd(t *testing.T) {
 	}
 }
 
-// unmapAllKept gives back the memory kept for later layers.
-// unmapAllKept unmaps every kept buffer and says how many it unmapped.
+// unmapAllKept gives back the memory kept for later layers, and says how
+// many buffers it unmapped.
 func unmapAllKept() (n int) {
 	for unmapKept() {
 		n++

@@ -128,6 +128,11 @@ func readBlob(br *bufio.Reader, size int64, h *held) (blob *[]byte, complete boo
 			if n >= maxBlob {
 				return blob, false, nil
 			}
+			// Told too little, the buffer may have room beyond it.
+			if n < cap(*blob) {
+				*blob = (*blob)[:min(cap(*blob), maxBlob)]
+				continue
+			}
 			bigger := getBuf(min(2*n, maxBlob))
 			if bigger == nil {
 				return blob, false, nil
