@@ -5,7 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -23,12 +23,14 @@ var pauseBuild struct {
 func PauseBinary(t testing.TB) []byte {
 	t.Helper()
 	pauseBuild.once.Do(func() {
-		_, self, _, ok := runtime.Caller(0)
-		if !ok {
-			pauseBuild.err = fmt.Errorf("cannot locate integration/testdata/pause")
+		// Found from the module's root, not from this file's path, which
+		// a build with -trimpath (as `make` builds) does not record.
+		gomod, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil || !filepath.IsAbs(strings.TrimSpace(string(gomod))) {
+			pauseBuild.err = fmt.Errorf("cannot locate integration/testdata/pause: go env GOMOD: %q, %v", gomod, err)
 			return
 		}
-		src := filepath.Join(filepath.Dir(self), "..", "testdata", "pause")
+		src := filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "integration", "testdata", "pause")
 		dir, err := os.MkdirTemp("", "pullwise-pause-")
 		if err != nil {
 			pauseBuild.err = err
