@@ -211,7 +211,7 @@ KUBELET_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBELET_V
 kubelet: $(BIN)/kubelet
 
 $(BIN)/kubelet: hack/kubelet/go.mod hack/kubelet/go.sum
-	cd hack/kubelet && $(GO) build -trimpath -ldflags '$(KUBELET_LDFLAGS)' -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet
+	cd hack/kubelet && $(GO) build -ldflags '$(KUBELET_LDFLAGS)' -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet
 	@# A wrong version must not be left behind looking up to date.
 	$(BIN)/kubelet --version | grep -qx 'Kubernetes $(KUBELET_VERSION)' || { rm -f $@; exit 1; }
 

@@ -25,12 +25,13 @@ func PauseBinary(t testing.TB) []byte {
 	pauseBuild.once.Do(func() {
 		// Found from the module's root, not from this file's path, which
 		// a build with -trimpath (as `make` builds) does not record.
-		gomod, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil || !filepath.IsAbs(strings.TrimSpace(string(gomod))) {
+		env, err := exec.Command("go", "env", "GOMOD").Output()
+		gomod := strings.TrimSpace(string(env))
+		if err != nil || !filepath.IsAbs(gomod) {
 			pauseBuild.err = fmt.Errorf("cannot locate integration/testdata/pause: go env GOMOD: %q, %v", gomod, err)
 			return
 		}
-		src := filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "integration", "testdata", "pause")
+		src := filepath.Join(filepath.Dir(gomod), "integration", "testdata", "pause")
 		dir, err := os.MkdirTemp("", "pullwise-pause-")
 		if err != nil {
 			pauseBuild.err = err

@@ -109,7 +109,7 @@ func readBlob(br *bufio.Reader, size int64, h *held) (blob *[]byte, complete boo
 		}
 		first = int(size)
 	}
-	blob = getBuf(first)
+	blob = wholeBuf(first)
 	if blob == nil {
 		return nil, false, nil
 	}
@@ -117,7 +117,8 @@ func readBlob(br *bufio.Reader, size int64, h *held) (blob *[]byte, complete boo
 	n := 0
 	for {
 		if n == len(*blob) {
-			// A buffer just the blob's size is full at the blob's end.
+			// A full buffer may be full at the blob's end: a size told
+			// exactly can be a buffer's size.
 			_, err := br.Peek(1)
 			if errors.Is(err, io.EOF) {
 				return blob, true, nil
@@ -128,12 +129,7 @@ func readBlob(br *bufio.Reader, size int64, h *held) (blob *[]byte, complete boo
 			if n >= maxBlob {
 				return blob, false, nil
 			}
-			// Told too little, the buffer may have room beyond it.
-			if n < cap(*blob) {
-				*blob = (*blob)[:min(cap(*blob), maxBlob)]
-				continue
-			}
-			bigger := getBuf(min(2*n, maxBlob))
+			bigger := wholeBuf(min(2*n, maxBlob))
 			if bigger == nil {
 				return blob, false, nil
 			}
@@ -152,6 +148,17 @@ func readBlob(br *bufio.Reader, size int64, h *held) (blob *[]byte, complete boo
 			return nil, false, err
 		}
 	}
+}
+
+// wholeBuf is a buffer for at least n bytes of a blob, as long as its
+// capacity (a power of two) allows, up to maxBlob: a blob told too
+// little of its size fills the buffer before it moves to a larger one.
+func wholeBuf(n int) *[]byte {
+	b := getBuf(n)
+	if b != nil {
+		*b = (*b)[:min(cap(*b), maxBlob)]
+	}
+	return b
 }
 
 // Buffers come in powers of two from 1 MiB. A buffer given back is kept,
