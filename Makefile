@@ -25,7 +25,7 @@ INTEGRATION_TIMEOUT ?= 15m
 # integration run is otherwise thousands of lines above it.
 GOTESTSUM := $(GO) tool gotestsum
 
-.PHONY: all build containerd containerd-stock stargz bench bench-quick bench-fleet soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet clean release release-stage install deps-build deps-run deps-test
+.PHONY: all build containerd containerd-stock stargz bench bench-quick bench-fleet soak fuzz pullctl ctr shim kubelet run test unit integration kubelet-e2e kubelet-gc proto proto-check vet unit-deps clean release release-stage install deps-build deps-run deps-test
 
 all: build
 
@@ -114,6 +114,12 @@ vet:
 unit:
 	$(GOTESTSUM) --format standard-quiet -- -race -count=1 $$($(GO) list ./... | grep -v -e '/integration$$' -e '/integration/kubelet$$' -e '/integration/fleet$$')
 
+# What `make unit` compiles, without its tests: every package with -race,
+# into the build cache, and nothing linked. `make test` runs it beside the
+# integration tests (see test).
+unit-deps:
+	$(GO) build -race ./...
+
 # Integration needs root (mounts, a real daemon). As root it always runs: it
 # never skips silently. Without root it says so and stops here.
 integration: build containerd-stock release stargz
@@ -138,26 +144,33 @@ kubelet-gc: build kubelet
 		echo "kubelet-gc: skipped, needs root (run 'sudo make kubelet-gc')"; exit 0; fi
 	PULLWISE_BIN=$(BIN) $(GOTESTSUM) --format standard-verbose -- -count=1 -timeout $(KUBELET_TIMEOUT) -run TestKubeletImageGC ./integration/kubelet/
 
-# kubelet takes minutes to build from cold caches, nearly all of it CPU that
-# the steps before kubelet-e2e leave idle: the integration tests mostly wait
-# on daemons, registries and timeouts. So `make test` starts it first, beside
-# them, at the lowest CPU priority: nice 19 weighs 15 against a test's 1024,
-# so it yields the CPU to them. It starts as a bash job (job control on for
-# that one command) in a process group of its own, which the EXIT trap stops
-# when a step fails or the recipe is interrupted; the steps stay in make's
-# group, so ^C and a signal to the group reach them as before. Not setsid:
-# a new session is a scheduling autogroup of its own, where nice no longer
-# weighs against the tests. A SIGKILL of make leaves the build running to
-# its end. Its output is shown when it is waited for, before kubelet-e2e.
+# Two builds take minutes from cold caches, nearly all of it CPU that the
+# integration tests leave idle, as they mostly wait on daemons, registries
+# and timeouts: kubelet, and the -race copy of every package that the unit
+# tests need (unit-deps), a tree of its own. So `make test` starts both
+# first, beside the steps, at the lowest CPU priority: nice 19 weighs 15
+# against a test's 1024, so they yield the CPU to the tests. The unit tests
+# run last, once their packages are compiled. Each build starts as a bash
+# job (job control on for that one command) in a process group of its own,
+# which the EXIT trap stops when a step fails or the recipe is interrupted;
+# the steps stay in make's group, so ^C and a signal to the group reach them
+# as before. Not setsid: a new session is a scheduling autogroup of its own,
+# where nice no longer weighs against the tests. A SIGKILL of make leaves
+# the builds running to their end. Kubelet's output is shown when it is
+# waited for, before kubelet-e2e; unit-deps' is dropped, as `make unit`
+# reports any error it met.
 test: SHELL := /bin/bash
 test: deps-test
 	@log=$$(mktemp) || exit; \
-	set -m; nice -n 19 $(MAKE) --no-print-directory kubelet </dev/null >$$log 2>&1 & kubelet=$$!; set +m; \
-	trap 'kill -- -$$kubelet 2>/dev/null; rm -f $$log' EXIT; \
-	$(MAKE) --no-print-directory vet proto-check unit integration || exit; \
+	set -m; nice -n 19 $(MAKE) --no-print-directory kubelet </dev/null >$$log 2>&1 & kubelet=$$!; \
+	nice -n 19 $(MAKE) --no-print-directory unit-deps </dev/null >/dev/null 2>&1 & race=$$!; set +m; \
+	trap 'kill -- -$$kubelet -$$race 2>/dev/null; rm -f $$log' EXIT; \
+	$(MAKE) --no-print-directory vet proto-check integration || exit; \
 	echo "make kubelet (started beside the steps above):"; \
-	wait $$kubelet; rc=$$?; trap 'rm -f $$log' EXIT; cat $$log; [ $$rc = 0 ] || exit $$rc; \
-	$(MAKE) --no-print-directory kubelet-e2e
+	wait $$kubelet; rc=$$?; cat $$log; [ $$rc = 0 ] || exit $$rc; \
+	$(MAKE) --no-print-directory kubelet-e2e || exit; \
+	wait $$race; trap 'rm -f $$log' EXIT; \
+	$(MAKE) --no-print-directory unit
 
 # Runs every fuzz target for FUZZTIME each, one at a time: go fuzzes one
 # target per run. `make unit` already runs their seed corpora (f.Add and
