@@ -150,7 +150,9 @@ kubelet-gc: build kubelet
 # tests need (unit-deps), a tree of its own. So `make test` starts both
 # first, beside the steps, at the lowest CPU priority: nice 19 weighs 15
 # against a test's 1024, so they yield the CPU to the tests. The unit tests
-# run last, once their packages are compiled. Each build starts as a bash
+# run after the integration tests, once their packages are compiled, and
+# before kubelet is waited for (a user without root, for whom kubelet-e2e
+# is skipped, sees them without waiting for it). Each build starts as a bash
 # job (job control on for that one command) in a process group of its own,
 # which the EXIT trap stops when a step fails or the recipe is interrupted;
 # the steps stay in make's group, so ^C and a signal to the group reach them
@@ -166,11 +168,11 @@ test: deps-test
 	nice -n 19 $(MAKE) --no-print-directory unit-deps </dev/null >/dev/null 2>&1 & race=$$!; set +m; \
 	trap 'kill -- -$$kubelet -$$race 2>/dev/null; rm -f $$log' EXIT; \
 	$(MAKE) --no-print-directory vet proto-check integration || exit; \
+	wait $$race; \
+	$(MAKE) --no-print-directory unit || exit; \
 	echo "make kubelet (started beside the steps above):"; \
-	wait $$kubelet; rc=$$?; cat $$log; [ $$rc = 0 ] || exit $$rc; \
-	$(MAKE) --no-print-directory kubelet-e2e || exit; \
-	wait $$race; trap 'rm -f $$log' EXIT; \
-	$(MAKE) --no-print-directory unit
+	wait $$kubelet; rc=$$?; trap 'rm -f $$log' EXIT; cat $$log; [ $$rc = 0 ] || exit $$rc; \
+	$(MAKE) --no-print-directory kubelet-e2e
 
 # Runs every fuzz target for FUZZTIME each, one at a time: go fuzzes one
 # target per run. `make unit` already runs their seed corpora (f.Add and
