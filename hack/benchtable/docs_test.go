@@ -61,9 +61,9 @@ func TestDocsTables(t *testing.T) {
 			if end < len(lines) && strings.HasPrefix(lines[end], "|") {
 				got = lines[start : end+1]
 			}
-			handOrder := strings.HasSuffix(want[0], "| order |")
+			orderByHand := strings.HasSuffix(want[0], "| order |")
 			for k := range max(len(got), len(want)) {
-				if k < len(got) && k < len(want) && sameRow(got[k], want[k], handOrder) {
+				if k < len(got) && k < len(want) && sameRow(got[k], want[k], orderByHand) {
 					continue
 				}
 				var have, made string
