@@ -45,7 +45,7 @@ func (c contenders) withNoise() contenders {
 // stockBeside starts stock containerd on pw's registries and hosts.toml,
 // with criImages for CRI's image plugin.
 func stockBeside(pw *env, criImages string) *env {
-	return pw.sibling(daemon.Options{Binary: daemon.Bin("containerd-stock"), LogLevel: "info", CRIImages: criImages,
+	return pw.sibling(daemon.Options{Binary: daemon.Bin("containerd-stock"), LogLevel: daemon.LogLevel(), CRIImages: criImages,
 		Transfer: daemon.StockTransfer()})
 }
 
@@ -69,12 +69,13 @@ func newContendersWith(b *testing.B, pullwiseConfig, criImages string) contender
 	if _, err := os.Stat(stockBin); err != nil {
 		b.Fatalf("stock containerd missing (make bench builds it): %v", err)
 	}
-	// Both at info: debug logging costs CPU that the pulls compete for.
+	// Both at info (daemon.LogLevel): debug logging costs CPU that the
+	// pulls compete for.
 	// PULLWISE_BENCH_TRANSFER is TOML for Pullwise's transfer plugin
 	// (max_concurrent_unpacks = 2, say), PULLWISE_BENCH_STOCK_TRANSFER the
 	// same for stock: to measure a setting against stock at its defaults,
 	// or both with it.
-	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig, criImages: criImages, transfer: daemon.Transfer(), logLevel: "info"})
+	pw := newEnv(b, envOptions{extraConfig: pullwiseConfig, criImages: criImages, transfer: daemon.Transfer(), logLevel: daemon.LogLevel()})
 	return contenders{stock: stockBeside(pw, criImages), pullwise: pw, criImages: criImages}
 }
 
@@ -89,10 +90,10 @@ func (c *contenders) pinSandbox(b *testing.B, ref, pullwiseConfig string) {
 	// configured as these.
 	c.criImages = pinned
 	c.pullwise.restartWith(b, envOptions{extraConfig: pullwiseConfig + "  protect_pinned_images = false\n", criImages: pinned,
-		transfer: daemon.Transfer(), logLevel: "info"})
+		transfer: daemon.Transfer(), logLevel: daemon.LogLevel()})
 	for _, e := range []*env{c.stock, c.again} {
 		if e != nil {
-			e.restartWith(b, envOptions{criImages: pinned, transfer: daemon.StockTransfer(), logLevel: "info",
+			e.restartWith(b, envOptions{criImages: pinned, transfer: daemon.StockTransfer(), logLevel: daemon.LogLevel(),
 				binary: daemon.Bin("containerd-stock")})
 		}
 	}
@@ -330,9 +331,10 @@ func benchBurst(b *testing.B, name, criImages string, image func(j int) registry
 	}
 }
 
-// writeTimelines appends the "image pull timeline" and "pulled image for
-// CRI" lines of d's log to the file PULLWISE_BENCH_TIMELINES names, under
-// the benchmark's name; without it, nothing.
+// writeTimelines appends the timeline lines of d's log
+// (daemon.TimelineLine) and its "pulled image for CRI" lines to the file
+// PULLWISE_BENCH_TIMELINES names, under the benchmark's name; without it,
+// nothing.
 func writeTimelines(b *testing.B, d *daemon.Daemon) {
 	path := daemon.Timelines()
 	if path == "" {
@@ -347,7 +349,7 @@ func writeTimelines(b *testing.B, d *daemon.Daemon) {
 	for _, line := range strings.Split(d.Log(), "\n") {
 		// The timeline ends with the transfer; the CRI line's elapsed
 		// adds the image records CRI needs after it.
-		if strings.Contains(line, "image pull timeline") || strings.Contains(line, "pulled image for CRI") {
+		if daemon.TimelineLine(line) || strings.Contains(line, "pulled image for CRI") {
 			fmt.Fprintln(f, line)
 		}
 	}

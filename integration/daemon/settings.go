@@ -115,9 +115,32 @@ func Timelines() string { return os.Getenv("PULLWISE_BENCH_TIMELINES") }
 func Verbose() bool { return os.Getenv("PULLWISE_BENCH_VERBOSE") != "" }
 
 // DebugLog says whether PULLWISE_BENCH_VERBOSE=debug asks for the daemons
-// to log at debug level, whose lines the kubelet corpus's timelines
-// include. Only when asked: a debug log costs CPU the figures would count.
+// to log at debug level, whose lines the timelines include. Only when
+// asked: a debug log costs CPU the figures would count.
 func DebugLog() bool { return os.Getenv("PULLWISE_BENCH_VERBOSE") == "debug" }
+
+// LogLevel is the benchmarks' containerd log level: debug when DebugLog
+// asks for it, info otherwise.
+func LogLevel() string {
+	if DebugLog() {
+		return "debug"
+	}
+	return "info"
+}
+
+// TimelineLine says whether a line of a daemon's log belongs in a
+// benchmark's timelines: Pullwise's timeline of each pull, and at debug
+// level each layer's wait for an unpack place and
+// containerd's own line when it commits the layer's snapshot (in parallel
+// unpack, in order, once every layer before it is in).
+func TimelineLine(line string) bool {
+	for _, s := range []string{"image pull timeline", "layer unpacked in its lane", `msg="layer unpacked"`} {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // Verbosef writes a line that PULLWISE_BENCH_VERBOSE asks for, under t's
 // name, to the standard error, and nothing when it is not asked for. Not

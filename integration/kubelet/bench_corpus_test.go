@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -217,26 +216,11 @@ func printTimelines(who string, prePull bool, log string) {
 	}
 	fmt.Fprintf(os.Stderr, "=== timelines of %s %s\n", who, run)
 	for _, line := range strings.Split(log, "\n") {
-		if slices.ContainsFunc(timelineLines, func(s string) bool { return strings.Contains(line, s) }) {
+		if daemon.TimelineLine(line) {
 			fmt.Fprintln(os.Stderr, line)
 		}
 	}
 	fmt.Fprint(os.Stderr, criCallTable(log))
-}
-
-// timelineLines are Pullwise's timeline of each pull, and at debug level
-// each layer's wait for an unpack place and containerd's own line when it
-// commits the layer's snapshot (in parallel unpack, in order, once every
-// layer before it is in).
-var timelineLines = []string{"image pull timeline", "layer unpacked in its lane", `msg="layer unpacked"`}
-
-// benchLogLevel is the nodes' containerd log level: debug only when asked,
-// as a debug log costs CPU the figures would count.
-func benchLogLevel() string {
-	if daemon.DebugLog() {
-		return "debug"
-	}
-	return "info"
 }
 
 func logCorpusRun(b *testing.B, who string, run *corpusRun, bigFirst bool) {

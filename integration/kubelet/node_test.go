@@ -101,7 +101,7 @@ func newNode(t testing.TB, opts nodeOptions) *node {
 		CRIImages:   opts.criImages + fmt.Sprintf("  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", n.pause.Ref),
 		ExtraConfig: opts.pullwise,
 		Transfer:    opts.transfer,
-		LogLevel:    benchLogLevel(),
+		LogLevel:    daemon.LogLevel(),
 	})
 	if dir := os.Getenv("PULLWISE_KUBELET_LOGS"); dir != "" {
 		// Kept beside kubelet's, for debugging: the harness removes
