@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/transfer"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/pullwise/pullwise/transfer/early"
 	"github.com/pullwise/pullwise/transfer/gate"
 	"github.com/pullwise/pullwise/transfer/imageref"
 	"github.com/pullwise/pullwise/transfer/lane"
@@ -115,6 +117,13 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	// Lines logged for the pull's layers, in a burst of pulls, say whose
 	// layer it was.
 	tctx = log.WithLogger(tctx, log.G(tctx).WithField("image", r.ref))
+	if r.cfg.Early != nil && unpacks(dst) {
+		var ep *early.Pull
+		tctx, ep = r.cfg.Early.Start(tctx, r.ref, func(ctx context.Context) (remotes.Fetcher, error) {
+			return r.src.Fetcher(ctx, r.ref)
+		}, tap)
+		defer func() { ep.End(err != nil) }()
+	}
 	if err := s.next.Transfer(tctx, r.src, dst, transfer.WithProgress(tap)); err != nil {
 		if r.cfg.Space != nil {
 			if full := r.cfg.Space.Explain(err, held.need); full != nil {
@@ -293,4 +302,12 @@ func (r *running) watch(ctx context.Context, progress func(transfer.Progress), t
 // need places the pull's ticket by the cost of the layers it must fetch.
 func (r *running) need(layers []ocispec.Descriptor) {
 	r.ticket.Need(r.cfg.Costs.Of(layers))
+}
+
+// unpacks reports whether a pull into dst unpacks its layers: only then
+// are they written while they arrive, since an image stored without
+// unpacking would be stored before its large layers are in.
+func unpacks(dst transfer.ImageStorer) bool {
+	u, ok := dst.(transfer.ImageUnpacker)
+	return ok && len(u.UnpackPlatforms()) > 0
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/imageref"
 
 	"github.com/pullwise/pullwise/transfer/dedupe"
+	"github.com/pullwise/pullwise/transfer/early"
 	"github.com/pullwise/pullwise/transfer/gate"
 	"github.com/pullwise/pullwise/transfer/health"
 	"github.com/pullwise/pullwise/transfer/hub"
@@ -83,6 +84,9 @@ type Config struct {
 	// Handback decides when a pull whose blobs are in gives its slot
 	// back; nil: at once.
 	Handback *gate.Handback
+	// Early writes a pull's large layers while they arrive
+	// (transfer/early); nil writes every layer after its last byte.
+	Early *early.Node
 	// Unpacks names the snapshotters pulls can unpack into for the host
 	// platform, as the transfer plugin configured them.
 	Unpacks []string

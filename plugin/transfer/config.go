@@ -42,6 +42,11 @@ type config struct {
 	// is downloading, or waiting for a download place, pauses
 	// (lane.Link). False shares the link by connection, as upstream.
 	LinkPriority bool `toml:"link_priority"`
+	// Pullwise's own: a layer of 64 MiB or more is written while its blob
+	// arrives, where the layers of an image are unpacked in parallel
+	// (transfer/early). False writes every layer after its last byte, as
+	// upstream.
+	UnpackWhileDownloading bool `toml:"unpack_while_downloading"`
 }
 
 type unpackConfig struct {
@@ -61,6 +66,7 @@ func defaultConfig() *config {
 		GzipReadAhead:               true,
 		SmallPullsFirst:             true,
 		LinkPriority:                true,
+		UnpackWhileDownloading:      true,
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/containerd/containerd/v2/core/diff"
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -89,7 +92,17 @@ func init() {
 			stored := aliases.Store{Store: metadata.NewImageStore(db), DB: db}
 			imgs := sourcelabel.Store{Store: commits.Images{Store: stored, Turns: turns}}
 			cs := commits.Content{Store: db.ContentStore(), Turns: turns}
+			var base []images.Handler
+			if u.early != nil {
+				u.early.Content = cs
+				u.early.Dir = filepath.Join(ic.Properties[plugins.PropertyRootDir], "early")
+				if err := os.MkdirAll(u.early.Dir, 0o700); err != nil {
+					return nil, err
+				}
+				base = append(base, images.HandlerFunc(u.early.Handler))
+			}
 			next := local.NewTransferService(cs, imgs, local.TransferConfig{
+				BaseHandlers:                base,
 				Leases:                      l.(leases.Manager),
 				MaxConcurrentDownloads:      c.MaxConcurrentDownloads,
 				ConcurrentLayerFetchBuffer:  c.ConcurrentLayerFetchBuffer,

@@ -8,10 +8,12 @@ import (
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/core/unpack"
 	"github.com/containerd/log"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/pullwise/pullwise/transfer"
 	"github.com/pullwise/pullwise/transfer/applyopts"
 	"github.com/pullwise/pullwise/transfer/commits"
+	"github.com/pullwise/pullwise/transfer/early"
 	"github.com/pullwise/pullwise/transfer/gate"
 	"github.com/pullwise/pullwise/transfer/gunzip"
 	"github.com/pullwise/pullwise/transfer/implied"
@@ -38,7 +40,9 @@ type unpacking struct {
 	inflight   *lane.InFlight
 	noPressure error
 	// link orders blob bodies on the node's link (nil: by arrival).
-	link   *lane.Link
+	link *lane.Link
+	// early writes large layers while they arrive (nil: after).
+	early  *early.Node
 	ratio  *space.Ratio
 	loaded []unpack.Platform // added for snapshotters unpack_config leaves out
 }
@@ -70,12 +74,20 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 	// A pull holding a chain lock that an earlier pull waits on lends
 	// that pull's due to its layers waiting in the lane.
 	u.chains = lane.NewKeyedLock(unpacks)
+	// Only the layers containerd unpacks in parallel are read through
+	// Pullwise's own applier (transfer/implied), which can read a blob as
+	// it arrives.
+	if c.UnpackWhileDownloading && u.parallel {
+		u.early = &early.Node{Cost: func(mediaType string, size int64) time.Duration {
+			return u.costs.Of([]ocispec.Descriptor{{MediaType: mediaType, Size: size}})
+		}}
+	}
 	dirs := implied.NewDirs()
 	for _, up := range append(configured, loaded...) {
 		up.Snapshotter = commits.Snapshotter{Snapshotter: up.Snapshotter, Turns: turns}
 		a := up.Applier
 		if u.parallel {
-			a = implied.Applier{Applier: a, Content: db.ContentStore(), Dirs: dirs}
+			a = implied.Applier{Applier: a, Content: early.Provider{Provider: db.ContentStore()}, Dirs: dirs}
 			up.Snapshotter = implied.Snapshotter{Snapshotter: up.Snapshotter, Dirs: dirs}
 		}
 		// A gzip layer's reader learns its blob's size (transfer/gunzip);
@@ -84,6 +96,9 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 		// CRI's apply options (image_pull_with_sync_fs, decryption) reach
 		// its pulls' layers through the context (transfer/applyopts).
 		up.Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: u.ratio}}, Lane: unpacks, Costs: u.costs}
+		if u.early != nil {
+			up.Applier = early.Applier{Applier: up.Applier, Node: u.early, Reads: implied.Reads}
+		}
 		up.Snapshotter = lazy.Snapshotter{Snapshotter: up.Snapshotter}
 		u.platforms = append(u.platforms, up)
 	}
@@ -93,7 +108,7 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 // serviceConfig is what Pullwise's transfer service shares with the
 // unpacking, from the config.
 func (u *unpacking) serviceConfig(c *config) transfer.Config {
-	tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(u.platforms), Ratio: u.ratio, Costs: u.costs, InFlight: u.inflight, Link: u.link}
+	tc := transfer.Config{Downloads: lane.New(c.MaxConcurrentDownloads), Unpacks: snapshotterKeys(u.platforms), Ratio: u.ratio, Costs: u.costs, InFlight: u.inflight, Link: u.link, Early: u.early}
 	if u.parallel {
 		var slack time.Duration
 		if c.SmallPullsFirst {
@@ -125,6 +140,7 @@ func (u *unpacking) log(ctx context.Context, c *config) {
 		"gzip_read_ahead":          c.GzipReadAhead,
 		"small_pulls_first":        c.SmallPullsFirst,
 		"link_priority":            c.LinkPriority,
+		"unpack_while_downloading": u.early != nil,
 		"cpu_pressure":             u.inflight != nil && u.noPressure == nil,
 		"unpack_snapshotters":      snapshotterKeys(u.platforms),
 	}).Info("unpack configured")

@@ -100,6 +100,13 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	}, nil
 }
 
+// Reads reports whether Applier applies a layer to mounts itself, reading
+// its blob through its Content.
+func Reads(mounts []mount.Mount) bool {
+	_, ok := parallelUpper(mounts)
+	return ok
+}
+
 // parallelUpper returns the directory a layer unpacked in parallel is
 // applied to: containerd hands such a layer, above the first, an overlay
 // mount with an upper directory and no lower ones (core/unpack's

@@ -33,15 +33,32 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	started := time.Now()
 	ctx, pacer := withPacer(ctx, a.Lane, h)
 	applied, err := a.Applier.Apply(ctx, desc, mounts, opts...)
-	wrote := time.Since(started) - pacer.Paused()
+	wrote := time.Since(started) - pacer.Paused() - starvedOf(ctx)
 	if err == nil {
 		a.Costs.Wrote(desc.MediaType, desc.Size, wrote)
 	}
 	log.G(ctx).WithFields(log.Fields{
-		"layer":  desc.Digest,
-		"waited": started.Sub(asked),
-		"paused": pacer.Paused(),
-		"wrote":  wrote,
+		"layer":   desc.Digest,
+		"waited":  started.Sub(asked),
+		"paused":  pacer.Paused(),
+		"starved": starvedOf(ctx),
+		"wrote":   wrote,
 	}).Debug("layer unpacked in its lane")
 	return applied, err
+}
+
+type starvedKey struct{}
+
+// WithStarved tells Apply how long the layer's reader has waited for bytes
+// still on the network (transfer/early writes a layer while it arrives):
+// time that teaches Costs nothing about writing.
+func WithStarved(ctx context.Context, starved func() time.Duration) context.Context {
+	return context.WithValue(ctx, starvedKey{}, starved)
+}
+
+func starvedOf(ctx context.Context) time.Duration {
+	if f, ok := ctx.Value(starvedKey{}).(func() time.Duration); ok {
+		return f()
+	}
+	return 0
 }

@@ -1,0 +1,246 @@
+package early
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/content"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// arrival is a blob's bytes as its download writes them, in a spool file
+// of their own, for the layer's apply to read as they come.
+//
+// The content store's ingest holds the same bytes, but containerd reads
+// nothing from an ingest before it is committed, and peers' spool
+// (transfer/peers) is kept for other nodes, with its own life; this one
+// lives only as long as the pull.
+type arrival struct {
+	desc  ocispec.Descriptor
+	f     *os.File
+	store content.Provider // read once the blob is committed
+	// cancel ends the download; set before it starts.
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	have  int64     // bytes in f, from 0
+	first time.Time // when the first of them came
+	// spoiled: no more bytes are spooled (the download resumed an
+	// earlier ingest, or the spool could not be written); readers take
+	// the rest from the store once the blob is committed.
+	spoiled bool
+	ended   bool
+	err     error         // the download's, once ended
+	grew    chan struct{} // closed when have grows or the download ends; nil: nobody waits
+	starved time.Duration // readers' waits for bytes not yet here
+	closed  bool
+}
+
+func newArrival(dir string, desc ocispec.Descriptor, store content.Provider) (*arrival, error) {
+	f, err := os.CreateTemp(dir, "early-")
+	if err != nil {
+		return nil, err
+	}
+	// Gone from the directory at once: a crash leaves nothing behind.
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &arrival{desc: desc, f: f, store: store}, nil
+}
+
+// add spools p, the bytes after those spooled, as the download writes them.
+func (a *arrival) add(p []byte) {
+	a.mu.Lock()
+	spoiled := a.spoiled
+	a.mu.Unlock()
+	if spoiled || len(p) == 0 {
+		return
+	}
+	// Only the download writes; readers read below have.
+	_, err := a.f.Write(p)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil {
+		a.spoiled = true
+	} else {
+		if a.have == 0 {
+			a.first = time.Now()
+		}
+		a.have += int64(len(p))
+	}
+	a.signal()
+}
+
+// spoil stops the spooling: the download resumed, or restarted, where
+// the spool does not follow.
+func (a *arrival) spoil() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.spoiled = true
+	a.signal()
+}
+
+// end records the download's outcome.
+func (a *arrival) end(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ended, a.err = true, err
+	a.signal()
+}
+
+func (a *arrival) signal() {
+	if a.grew != nil {
+		close(a.grew)
+		a.grew = nil
+	}
+}
+
+// changed returns a channel closed at the next change. Call with a.mu held.
+func (a *arrival) changed() chan struct{} {
+	if a.grew == nil {
+		a.grew = make(chan struct{})
+	}
+	return a.grew
+}
+
+// wait waits for the download to end, and returns its error.
+func (a *arrival) wait(ctx context.Context) error {
+	for {
+		a.mu.Lock()
+		if a.ended {
+			a.mu.Unlock()
+			return a.err
+		}
+		ch := a.changed()
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// ready waits until the layer should start being written: once what has
+// arrived would take as long to write as the rest takes to arrive, at
+// the pace it has come so far, by cost. It reports false when the
+// download ended first, or no longer spools: the layer is then written
+// from the store, as containerd would.
+func (a *arrival) ready(ctx context.Context, cost func(mediaType string, size int64) time.Duration) (bool, error) {
+	for {
+		a.mu.Lock()
+		switch {
+		case a.ended:
+			a.mu.Unlock()
+			return false, a.err
+		case a.spoiled:
+			a.mu.Unlock()
+			return false, a.wait(ctx)
+		case a.have > 0 && (cost == nil || cost(a.desc.MediaType, a.have) >= a.rest(time.Now())):
+			a.mu.Unlock()
+			return true, nil
+		}
+		ch := a.changed()
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// rest is how long the bytes not here yet take to arrive, at the pace of
+// those that have. Call with a.mu held and a.have > 0.
+func (a *arrival) rest(now time.Time) time.Duration {
+	took := now.Sub(a.first)
+	return time.Duration(float64(took) * float64(a.desc.Size-a.have) / float64(a.have))
+}
+
+// Starved is how long readers have waited for bytes still on their way.
+func (a *arrival) Starved() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.starved
+}
+
+func (a *arrival) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.closed {
+		a.closed = true
+		a.f.Close()
+	}
+}
+
+// reader reads the blob as it arrives. Its waits need no context: the
+// download's end, cancelled or not, wakes every read.
+type reader struct {
+	a     *arrival
+	ctx   context.Context  // the apply's, for the store
+	store content.ReaderAt // once the blob is committed and the spool falls short
+}
+
+func (r *reader) Size() int64 { return r.a.desc.Size }
+
+func (r *reader) Close() error {
+	if r.store != nil {
+		return r.store.Close()
+	}
+	return nil
+}
+
+// ReadAt waits for the bytes at off, reads them from the spool, and from
+// the store those the spool does not have once the blob is committed.
+func (r *reader) ReadAt(p []byte, off int64) (int, error) {
+	a := r.a
+	end := min(off+int64(len(p)), a.desc.Size)
+	var since time.Time
+	for {
+		a.mu.Lock()
+		switch {
+		case end <= a.have:
+			a.mu.Unlock()
+			r.waited(since)
+			return a.f.ReadAt(p, off)
+		case a.ended && a.err != nil:
+			a.mu.Unlock()
+			r.waited(since)
+			return 0, fmt.Errorf("download of %s: %w", a.desc.Digest, a.err)
+		case a.ended:
+			a.mu.Unlock()
+			r.waited(since)
+			return r.fromStore(p, off)
+		}
+		ch := a.changed()
+		a.mu.Unlock()
+		if since.IsZero() {
+			since = time.Now()
+		}
+		<-ch
+	}
+}
+
+func (r *reader) waited(since time.Time) {
+	if since.IsZero() {
+		return
+	}
+	r.a.mu.Lock()
+	r.a.starved += time.Since(since)
+	r.a.mu.Unlock()
+}
+
+func (r *reader) fromStore(p []byte, off int64) (int, error) {
+	if r.store == nil {
+		ra, err := r.a.store.ReaderAt(r.ctx, r.a.desc)
+		if err != nil {
+			return 0, fmt.Errorf("read %s from the content store: %w", r.a.desc.Digest, err)
+		}
+		r.store = ra
+	}
+	return r.store.ReadAt(p, off)
+}
