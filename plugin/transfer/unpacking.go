@@ -78,9 +78,12 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 	// Pullwise's own applier (transfer/implied), which can read a blob as
 	// it arrives.
 	if c.UnpackWhileDownloading && u.parallel {
-		u.early = &early.Node{Cost: func(mediaType string, size int64) time.Duration {
-			return u.costs.Of([]ocispec.Descriptor{{MediaType: mediaType, Size: size}})
-		}}
+		u.early = &early.Node{
+			Cost: func(mediaType string, size int64) time.Duration {
+				return u.costs.Of([]ocispec.Descriptor{{MediaType: mediaType, Size: size}})
+			},
+			Yield: u.inflight.Yield,
+		}
 	}
 	dirs := implied.NewDirs()
 	for _, up := range append(configured, loaded...) {

@@ -41,6 +41,12 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	} else {
 		err = arr.wait(ctx)
 	}
+	if err == nil && stream && a.Node.Yield != nil {
+		// Written early, the layer would take CPUs and the disk from
+		// pulls due before it, which it would otherwise leave to them;
+		// its write can wait for them at no cost to anyone.
+		err = a.Node.Yield(ctx)
+	}
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("download %s: %w", desc.Digest, err)
 	}

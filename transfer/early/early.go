@@ -17,7 +17,9 @@
 // unpack place, so the apply asks for its place only once what has
 // arrived would take as long to write as the rest takes to arrive
 // (arrival.ready): the write then ends about when the last byte comes,
-// and its place is seldom left waiting.
+// and its place is seldom left waiting. Nor does it start while a pull
+// due before its own is in flight (Node.Yield): written early, it would
+// take from that pull the CPUs and the disk it otherwise leaves to it.
 package early
 
 import (
@@ -57,6 +59,9 @@ type Node struct {
 	// Cost is what writing size bytes of a layer of mediaType takes on
 	// this node (lane.Costs.Of); nil starts every write at once.
 	Cost func(mediaType string, size int64) time.Duration
+	// Yield waits while pulls due before ctx's are in flight
+	// (lane.InFlight.Yield); nil never waits.
+	Yield func(ctx context.Context) error
 
 	mu     sync.Mutex
 	active map[digest.Digest]*arrival // downloads in the background, any pull's

@@ -1,6 +1,7 @@
 package lane
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -54,17 +55,38 @@ func (f *InFlight) Add(t *Ticket) (done func()) {
 // tasks wait for a CPU. The pressure is read last, and only when a pull
 // is ahead.
 func (f *InFlight) Behind(t *Ticket, mine time.Time) bool {
-	if f == nil || f.cpu == nil || t == nil || t.Late(time.Now()) {
+	if f == nil || f.cpu == nil {
+		return false
+	}
+	return f.Ahead(t, mine) && f.cpu.Contended()
+}
+
+// Ahead reports whether the pull with ticket t, due at mine, is not late
+// and another pull in flight is Ahead of it by the slack.
+func (f *InFlight) Ahead(t *Ticket, mine time.Time) bool {
+	if f == nil || t == nil || t.Late(time.Now()) {
 		return false
 	}
 	f.mu.Lock()
-	ahead := false
+	defer f.mu.Unlock()
 	for o := range f.pulls {
 		if o != t && Ahead(o.Due(), mine, f.slack) {
-			ahead = true
-			break
+			return true
 		}
 	}
-	f.mu.Unlock()
-	return ahead && f.cpu.Contended()
+	return false
+}
+
+// Yield waits while a pull in flight is Ahead of ctx's (TicketOf),
+// looking every poll. It is for work that only moves earlier what would
+// otherwise run after (transfer/early writes a layer before its last
+// byte): such work takes nothing from the pulls ahead, whatever the
+// pressure. A late pull, and work without a ticket, do not wait.
+func (f *InFlight) Yield(ctx context.Context) error {
+	t := TicketOf(ctx)
+	if f == nil || t == nil {
+		return nil
+	}
+	_, err := waitWhile(ctx, func() bool { return f.Ahead(t, t.Due()) }, nil)
+	return err
 }

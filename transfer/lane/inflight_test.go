@@ -1,6 +1,8 @@
 package lane
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -18,7 +20,8 @@ func contended(yes bool) *Pressure {
 }
 
 // TestInFlightBehind: work gives way to a pull in flight due more than the
-// slack before it while the CPUs are contended, and only then.
+// slack before it while the CPUs are contended, and only then; a pull is
+// Ahead whatever the CPUs.
 func TestInFlightBehind(t *testing.T) {
 	now := time.Now()
 	big := func() *Ticket { tk := NewTicket(now); tk.Need(costOf(1700 << 20)); return tk }
@@ -31,10 +34,11 @@ func TestInFlightBehind(t *testing.T) {
 		inFlight  []*Ticket
 		doneFirst bool // the other pulls end before the question
 		want      bool
+		ahead     bool // Ahead's answer, where it differs from want
 	}{
 		{name: "behind a small pull, CPUs contended", cpu: contended(true), mine: big(), inFlight: []*Ticket{small()}, want: true},
-		{name: "CPUs free", cpu: contended(false), mine: big(), inFlight: []*Ticket{small()}},
-		{name: "no pressure to read", mine: big(), inFlight: []*Ticket{small()}},
+		{name: "CPUs free", cpu: contended(false), mine: big(), inFlight: []*Ticket{small()}, ahead: true},
+		{name: "no pressure to read", mine: big(), inFlight: []*Ticket{small()}, ahead: true},
 		{name: "a small pull never waits for a large one", cpu: contended(true), mine: small(), inFlight: []*Ticket{big()}},
 		{name: "within the slack", cpu: contended(true), mine: small(), inFlight: []*Ticket{small()}},
 		{name: "alone", cpu: contended(true), mine: big()},
@@ -56,6 +60,9 @@ func TestInFlightBehind(t *testing.T) {
 			}
 			if got := f.Behind(tc.mine, tc.mine.DueOr(now)); got != tc.want {
 				t.Fatalf("Behind() = %v, want %v", got, tc.want)
+			}
+			if got := f.Ahead(tc.mine, tc.mine.DueOr(now)); got != (tc.want || tc.ahead) {
+				t.Fatalf("Ahead() = %v, want %v", got, tc.want || tc.ahead)
 			}
 		})
 	}
@@ -114,5 +121,40 @@ func TestInFlightPacesLayers(t *testing.T) {
 	}
 	if body.Behind() {
 		t.Fatal("the body still gives way with no pull ahead in flight")
+	}
+}
+
+// TestInFlightYield: work that only moves earlier waits while a pull due
+// before it is in flight, whatever the CPUs, and goes on when it is over.
+func TestInFlightYield(t *testing.T) {
+	now := time.Now()
+	due := dueFrom(now)
+	f := NewInFlight(contended(false), Slack)
+	big := due(1700 << 20)
+	if err := f.Yield(big); err != nil {
+		t.Fatalf("alone: %v", err)
+	}
+	done := f.Add(TicketOf(due(20 << 20)))
+	yielded := make(chan error, 1)
+	go func() { yielded <- f.Yield(big) }()
+	select {
+	case err := <-yielded:
+		t.Fatalf("did not wait for the small pull in flight: %v", err)
+	case <-time.After(5 * poll):
+	}
+	done()
+	if err := <-yielded; err != nil {
+		t.Fatal(err)
+	}
+
+	defer f.Add(TicketOf(due(20 << 20)))()
+	ctx, cancel := context.WithCancel(big)
+	cancel()
+	if err := f.Yield(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	var nilFlight *InFlight
+	if err := nilFlight.Yield(big); err != nil {
+		t.Fatalf("nil InFlight: %v", err)
 	}
 }
