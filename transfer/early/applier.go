@@ -54,7 +54,7 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 		return a.Applier.Apply(ctx, desc, mounts, opts...)
 	}
 	started := time.Now()
-	applied, err := a.Applier.Apply(withStream(ctx, arr), desc, mounts, opts...)
+	applied, err := a.Applier.Apply(a.withStream(ctx, arr), desc, mounts, opts...)
 	if err != nil {
 		// The pull fails: its download has nothing left to feed.
 		arr.cancel()
@@ -69,6 +69,7 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 		"layer":   desc.Digest,
 		"waited":  started.Sub(asked),
 		"starved": arr.Starved(),
+		"yielded": arr.Yielded(),
 		"done":    time.Since(started),
 	}).Debug("layer written while it arrived")
 	return applied, nil
@@ -76,11 +77,26 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 
 type streamKey struct{}
 
+// stream is a layer's blob as it arrives, and what its reads wait for.
+type stream struct {
+	arr *arrival
+	// yield waits while pulls due before the layer's are in flight: the
+	// write gives way to them all along, not only at its start, since
+	// pulls come through the gate one after another and its start may
+	// fall between two.
+	yield func() error
+}
+
 // withStream has a Provider read arr's blob as it arrives, and tells the
-// lane's Applier how long that waited for bytes, which is not what
-// writing the layer cost.
-func withStream(ctx context.Context, arr *arrival) context.Context {
-	return lane.WithStarved(context.WithValue(ctx, streamKey{}, arr), arr.Starved)
+// lane's Applier how long that waited for bytes or for pulls ahead, which
+// is not what writing the layer cost.
+func (a Applier) withStream(ctx context.Context, arr *arrival) context.Context {
+	s := stream{arr: arr}
+	if a.Node.Yield != nil {
+		s.yield = func() error { return a.Node.Yield(ctx) }
+	}
+	idle := func() time.Duration { return arr.Starved() + arr.Yielded() }
+	return lane.WithStarved(context.WithValue(ctx, streamKey{}, s), idle)
 }
 
 // Provider reads the blob of a layer written while it arrives from its
@@ -91,8 +107,8 @@ type Provider struct {
 
 // ReaderAt implements content.Provider.
 func (p Provider) ReaderAt(ctx context.Context, desc ocispec.Descriptor) (content.ReaderAt, error) {
-	if arr, _ := ctx.Value(streamKey{}).(*arrival); arr != nil && arr.desc.Digest == desc.Digest {
-		return &reader{a: arr, ctx: ctx}, nil
+	if s, ok := ctx.Value(streamKey{}).(stream); ok && s.arr.desc.Digest == desc.Digest {
+		return &reader{a: s.arr, ctx: ctx, yield: s.yield}, nil
 	}
 	return p.Provider.ReaderAt(ctx, desc)
 }

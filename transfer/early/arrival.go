@@ -36,6 +36,7 @@ type arrival struct {
 	err     error         // the download's, once ended
 	grew    chan struct{} // closed when have grows or the download ends; nil: nobody waits
 	starved time.Duration // readers' waits for bytes not yet here
+	yielded time.Duration // readers' waits for pulls ahead
 	closed  bool
 }
 
@@ -168,6 +169,13 @@ func (a *arrival) Starved() time.Duration {
 	return a.starved
 }
 
+// Yielded is how long readers have given way to pulls ahead.
+func (a *arrival) Yielded() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.yielded
+}
+
 func (a *arrival) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -182,6 +190,7 @@ func (a *arrival) close() {
 type reader struct {
 	a     *arrival
 	ctx   context.Context  // the apply's, for the store
+	yield func() error     // waits while pulls ahead are in flight; nil: never
 	store content.ReaderAt // once the blob is committed and the spool falls short
 }
 
@@ -198,6 +207,16 @@ func (r *reader) Close() error {
 // the store those the spool does not have once the blob is committed.
 func (r *reader) ReadAt(p []byte, off int64) (int, error) {
 	a := r.a
+	if r.yield != nil {
+		start := time.Now()
+		err := r.yield()
+		a.mu.Lock()
+		a.yielded += time.Since(start)
+		a.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	}
 	end := min(off+int64(len(p)), a.desc.Size)
 	var since time.Time
 	for {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/pullwise/pullwise/internal/await"
 )
 
 // blob is a layer of size random bytes.
@@ -328,5 +331,60 @@ func TestReaderTakesTheRestFromTheStore(t *testing.T) {
 	a.end(nil)
 	if got := <-done; !bytes.Equal(got, data) {
 		t.Fatalf("read %d bytes, not the blob", len(got))
+	}
+}
+
+// TestWriteGivesWayToPullsAhead: the layer's write does not start, nor
+// read on, while Node.Yield says pulls due before its own are in flight.
+func TestWriteGivesWayToPullsAhead(t *testing.T) {
+	withMinSize(t, 1)
+	data, desc := blob(t, 4<<20)
+	cs := store(t)
+	var ahead atomic.Bool
+	ahead.Store(true)
+	var yields atomic.Int64
+	n := &Node{Content: cs, Dir: t.TempDir(), Yield: func(ctx context.Context) error {
+		yields.Add(1)
+		for ahead.Load() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+		}
+		return nil
+	}}
+	pr, pw := io.Pipe()
+	ctx, p := n.Start(context.Background(), "registry.test/app:1", func(context.Context) (remotes.Fetcher, error) {
+		return pipeFetcher{r: pr}, nil
+	}, nil)
+	defer p.End(false)
+	if _, err := n.Handler(ctx, desc); !errors.Is(err, images.ErrStopHandler) {
+		t.Fatalf("handler: %v", err)
+	}
+	go func() {
+		pw.Write(data)
+		pw.Close()
+	}()
+	ra := readingApplier{content: Provider{Provider: cs}, firstRead: make(chan []byte, 1)}
+	a := Applier{Applier: ra, Node: n, Reads: func([]mount.Mount) bool { return true }}
+	applied := make(chan error, 1)
+	go func() {
+		_, err := a.Apply(ctx, desc, nil)
+		applied <- err
+	}()
+	await.Until(t, 10*time.Second, "the apply to ask whether pulls are ahead", func() bool { return yields.Load() > 0 })
+	select {
+	case <-ra.firstRead:
+		t.Fatal("the layer was read while pulls ahead were in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	ahead.Store(false)
+	<-ra.firstRead
+	if err := <-applied; err != nil {
+		t.Fatal(err)
+	}
+	if yields.Load() < 2 {
+		t.Errorf("asked %d times whether pulls are ahead: at the start and at every read", yields.Load())
 	}
 }

@@ -49,9 +49,9 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 
 type starvedKey struct{}
 
-// WithStarved tells Apply how long the layer's reader has waited for bytes
-// still on the network (transfer/early writes a layer while it arrives):
-// time that teaches Costs nothing about writing.
+// WithStarved tells Apply how long the layer's reader has waited for other
+// things than writing (transfer/early writes a layer while it arrives:
+// bytes still on the network, pulls ahead), which teaches Costs nothing.
 func WithStarved(ctx context.Context, starved func() time.Duration) context.Context {
 	return context.WithValue(ctx, starvedKey{}, starved)
 }

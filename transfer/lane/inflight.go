@@ -84,7 +84,7 @@ func (f *InFlight) Ahead(t *Ticket, mine time.Time) bool {
 // pressure. A late pull, and work without a ticket, do not wait.
 func (f *InFlight) Yield(ctx context.Context) error {
 	t := TicketOf(ctx)
-	if f == nil || t == nil {
+	if f == nil || t == nil || !f.Ahead(t, t.Due()) {
 		return nil
 	}
 	_, err := waitWhile(ctx, func() bool { return f.Ahead(t, t.Due()) }, nil)
