@@ -42,6 +42,10 @@
 //     ahead to fill the places, or the kernel to say someone waits. A
 //     body that would give way is not asked for until it would not
 //     (Link.Unasked): the place it gives back is for the work ahead.
+//   - early: a layer written while its blob arrives (transfer/early) only
+//     moves earlier what would otherwise run after its last byte, so it
+//     gives way to every pull ahead in flight, whatever the pressure
+//     (InFlight.Yield), and its waits teach Costs nothing (WithStarved).
 //   - late: a pull past its due has waited as long as it takes. It is no
 //     longer passed over: it takes an extra place when one is left, and
 //     gives way to nobody. This bounds the tail: a pull waits for others
