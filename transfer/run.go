@@ -117,7 +117,9 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	// Lines logged for the pull's layers, in a burst of pulls, say whose
 	// layer it was.
 	tctx = log.WithLogger(tctx, log.G(tctx).WithField("image", r.ref))
-	if r.cfg.Early != nil && unpacks(dst) {
+	// Only a pull that unpacks writes its large layers early: an image
+	// stored without unpacking would be stored before they are in.
+	if r.cfg.Early != nil && unpackPlatforms(dst) > 0 {
 		var ep *early.Pull
 		tctx, ep = r.cfg.Early.Start(tctx, r.ref, func(ctx context.Context) (remotes.Fetcher, error) {
 			return r.src.Fetcher(ctx, r.ref)
@@ -302,12 +304,4 @@ func (r *running) watch(ctx context.Context, progress func(transfer.Progress), t
 // need places the pull's ticket by the cost of the layers it must fetch.
 func (r *running) need(layers []ocispec.Descriptor) {
 	r.ticket.Need(r.cfg.Costs.Of(layers))
-}
-
-// unpacks reports whether a pull into dst unpacks its layers: only then
-// are they written while they arrive, since an image stored without
-// unpacking would be stored before its large layers are in.
-func unpacks(dst transfer.ImageStorer) bool {
-	u, ok := dst.(transfer.ImageUnpacker)
-	return ok && len(u.UnpackPlatforms()) > 0
 }

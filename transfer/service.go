@@ -263,9 +263,15 @@ func (s *Service) lazyLayer(p *pull, rec *source.Fetcher, tap func(transfer.Prog
 
 // onePlatform reports whether dst unpacks one platform: only then is a
 // pull's set of blobs known once its image manifest is.
-func onePlatform(dst transfer.ImageStorer) bool {
+func onePlatform(dst transfer.ImageStorer) bool { return unpackPlatforms(dst) == 1 }
+
+// unpackPlatforms is how many platforms a pull into dst unpacks.
+func unpackPlatforms(dst transfer.ImageStorer) int {
 	u, ok := dst.(transfer.ImageUnpacker)
-	return ok && len(u.UnpackPlatforms()) == 1
+	if !ok {
+		return 0
+	}
+	return len(u.UnpackPlatforms())
 }
 
 // downloadTap turns bytes read from the registry into "downloading" events

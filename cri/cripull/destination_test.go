@@ -2,21 +2,18 @@ package cripull
 
 import (
 	"context"
-	"maps"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	transferimage "github.com/containerd/containerd/v2/core/transfer/image"
-	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/containerd/platforms"
-	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/pullwise/pullwise/internal/contenttest"
 	"github.com/pullwise/pullwise/internal/metadatatest"
 )
 
@@ -31,51 +28,9 @@ const (
 	snapshotAnnotationPrefix   = "containerd.io/snapshot/"
 )
 
-// memoryLabels is a label store for a local content store: local.NewStore
-// alone is immutable and refuses the GC labels a pull sets.
-type memoryLabels struct {
-	mu     sync.Mutex
-	labels map[digest.Digest]map[string]string
-}
-
-func (m *memoryLabels) Get(d digest.Digest) (map[string]string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return maps.Clone(m.labels[d]), nil
-}
-
-func (m *memoryLabels) Set(d digest.Digest, labels map[string]string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.labels[d] = maps.Clone(labels)
-	return nil
-}
-
-func (m *memoryLabels) Update(d digest.Digest, update map[string]string) (map[string]string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	labels := m.labels[d]
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	for k, v := range update {
-		if v == "" {
-			delete(labels, k)
-		} else {
-			labels[k] = v
-		}
-	}
-	m.labels[d] = labels
-	return maps.Clone(labels), nil
-}
-
 func newContentStore(t *testing.T) content.Store {
 	t.Helper()
-	cs, err := local.NewLabeledStore(t.TempDir(), &memoryLabels{labels: map[digest.Digest]map[string]string{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
+	return contenttest.NewStore(t)
 }
 
 func writeBlob(t *testing.T, cs content.Store, mediaType string, data []byte) ocispec.Descriptor {

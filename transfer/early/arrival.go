@@ -108,22 +108,33 @@ func (a *arrival) changed() chan struct{} {
 	return a.grew
 }
 
-// wait waits for the download to end, and returns its error.
-func (a *arrival) wait(ctx context.Context) error {
-	for {
+// until waits until cond, called with a.mu held, holds, or ctx ends; it
+// reports whether it had to wait.
+func (a *arrival) until(ctx context.Context, cond func() bool) (bool, error) {
+	for waited := false; ; waited = true {
 		a.mu.Lock()
-		if a.ended {
+		if cond() {
 			a.mu.Unlock()
-			return a.err
+			return waited, nil
 		}
 		ch := a.changed()
 		a.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return true, ctx.Err()
 		case <-ch:
 		}
 	}
+}
+
+// wait waits for the download to end, and returns its error.
+func (a *arrival) wait(ctx context.Context) error {
+	if _, err := a.until(ctx, func() bool { return a.ended }); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
 }
 
 // ready waits until the layer should start being written: once what has
@@ -132,27 +143,22 @@ func (a *arrival) wait(ctx context.Context) error {
 // download ended first, or no longer spools: the layer is then written
 // from the store, as containerd would.
 func (a *arrival) ready(ctx context.Context, cost func(mediaType string, size int64) time.Duration) (bool, error) {
-	for {
-		a.mu.Lock()
-		switch {
-		case a.ended:
-			a.mu.Unlock()
-			return false, a.err
-		case a.spoiled:
-			a.mu.Unlock()
-			return false, a.wait(ctx)
-		case a.have > 0 && (cost == nil || cost(a.desc.MediaType, a.have) >= a.rest(time.Now())):
-			a.mu.Unlock()
-			return true, nil
-		}
-		ch := a.changed()
-		a.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-ch:
-		}
+	paced := func() bool {
+		return a.have > 0 && (cost == nil || cost(a.desc.MediaType, a.have) >= a.rest(time.Now()))
 	}
+	if _, err := a.until(ctx, func() bool { return a.ended || a.spoiled || paced() }); err != nil {
+		return false, err
+	}
+	a.mu.Lock()
+	ended, spoiled, err := a.ended, a.spoiled, a.err
+	a.mu.Unlock()
+	switch {
+	case ended:
+		return false, err
+	case spoiled:
+		return false, a.wait(ctx)
+	}
+	return true, nil
 }
 
 // rest is how long the bytes not here yet take to arrive, at the pace of
@@ -185,8 +191,8 @@ func (a *arrival) close() {
 	}
 }
 
-// reader reads the blob as it arrives. Its waits need no context: the
-// download's end, cancelled or not, wakes every read.
+// reader reads the blob as it arrives. The download's end, cancelled or
+// not, wakes every read, as does the end of the apply's context.
 type reader struct {
 	a     *arrival
 	ctx   context.Context  // the apply's, for the store
@@ -218,39 +224,23 @@ func (r *reader) ReadAt(p []byte, off int64) (int, error) {
 		}
 	}
 	end := min(off+int64(len(p)), a.desc.Size)
-	var since time.Time
-	for {
-		a.mu.Lock()
-		switch {
-		case end <= a.have:
-			a.mu.Unlock()
-			r.waited(since)
-			return a.f.ReadAt(p, off)
-		case a.ended && a.err != nil:
-			a.mu.Unlock()
-			r.waited(since)
-			return 0, fmt.Errorf("download of %s: %w", a.desc.Digest, a.err)
-		case a.ended:
-			a.mu.Unlock()
-			r.waited(since)
-			return r.fromStore(p, off)
-		}
-		ch := a.changed()
-		a.mu.Unlock()
-		if since.IsZero() {
-			since = time.Now()
-		}
-		<-ch
+	start := time.Now()
+	waited, err := a.until(r.ctx, func() bool { return end <= a.have || a.ended })
+	a.mu.Lock()
+	if waited {
+		a.starved += time.Since(start)
 	}
-}
-
-func (r *reader) waited(since time.Time) {
-	if since.IsZero() {
-		return
+	have, derr := a.have, a.err
+	a.mu.Unlock()
+	switch {
+	case err != nil:
+		return 0, err
+	case end <= have:
+		return a.f.ReadAt(p, off)
+	case derr != nil:
+		return 0, fmt.Errorf("download of %s: %w", a.desc.Digest, derr)
 	}
-	r.a.mu.Lock()
-	r.a.starved += time.Since(since)
-	r.a.mu.Unlock()
+	return r.fromStore(p, off)
 }
 
 func (r *reader) fromStore(p []byte, off int64) (int, error) {

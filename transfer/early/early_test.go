@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,12 +17,12 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/transfer"
-	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/pullwise/pullwise/internal/await"
+	"github.com/pullwise/pullwise/internal/contenttest"
 )
 
 // blob is a layer of size random bytes.
@@ -32,51 +31,6 @@ func blob(t *testing.T, size int) ([]byte, ocispec.Descriptor) {
 	b := make([]byte, size)
 	rand.Read(b)
 	return b, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(b), Size: int64(size)}
-}
-
-func store(t *testing.T) content.Store {
-	t.Helper()
-	cs, err := local.NewLabeledStore(t.TempDir(), &labels{m: map[digest.Digest]map[string]string{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
-}
-
-// labels keeps a test store's labels in memory: containerd's own keeps
-// them in its metadata database.
-type labels struct {
-	mu sync.Mutex
-	m  map[digest.Digest]map[string]string
-}
-
-func (l *labels) Get(d digest.Digest) (map[string]string, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return maps.Clone(l.m[d]), nil
-}
-
-func (l *labels) Set(d digest.Digest, m map[string]string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.m[d] = maps.Clone(m)
-	return nil
-}
-
-func (l *labels) Update(d digest.Digest, m map[string]string) (map[string]string, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.m[d] == nil {
-		l.m[d] = map[string]string{}
-	}
-	for k, v := range m {
-		if v == "" {
-			delete(l.m[d], k)
-		} else {
-			l.m[d][k] = v
-		}
-	}
-	return maps.Clone(l.m[d]), nil
 }
 
 // pipeFetcher serves one blob through a pipe the test writes.
@@ -141,7 +95,7 @@ func withMinSize(t *testing.T, size int64) {
 func TestLayerIsWrittenWhileItArrives(t *testing.T) {
 	withMinSize(t, 1)
 	data, desc := blob(t, 4<<20) // content.Copy writes in MiB
-	cs := store(t)
+	cs := contenttest.NewStore(t)
 	n := &Node{Content: cs, Dir: t.TempDir()}
 	pr, pw := io.Pipe()
 	var ev events
@@ -220,7 +174,7 @@ func TestFailedDownloadFailsItsApply(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := store(t)
+			cs := contenttest.NewStore(t)
 			n := &Node{Content: cs, Dir: t.TempDir()}
 			pr, pw := io.Pipe()
 			ctx, p := n.Start(context.Background(), "registry.test/app:1", func(context.Context) (remotes.Fetcher, error) {
@@ -252,7 +206,7 @@ func TestHandlerLeavesToContainerd(t *testing.T) {
 	withMinSize(t, 1<<10)
 	_, smallDesc := blob(t, 512)
 	present, presentDesc := blob(t, 4<<10)
-	cs := store(t)
+	cs := contenttest.NewStore(t)
 	if err := content.WriteBlob(context.Background(), cs, "present", bytes.NewReader(present), presentDesc); err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +262,7 @@ func TestReadyWhenWhatArrivedTakesAsLongAsTheRest(t *testing.T) {
 // the blob to the store, once committed.
 func TestReaderTakesTheRestFromTheStore(t *testing.T) {
 	data, desc := blob(t, 64<<10)
-	cs := store(t)
+	cs := contenttest.NewStore(t)
 	a, err := newArrival(t.TempDir(), desc, cs)
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +293,7 @@ func TestReaderTakesTheRestFromTheStore(t *testing.T) {
 func TestWriteGivesWayToPullsAhead(t *testing.T) {
 	withMinSize(t, 1)
 	data, desc := blob(t, 4<<20)
-	cs := store(t)
+	cs := contenttest.NewStore(t)
 	var ahead atomic.Bool
 	ahead.Store(true)
 	var yields atomic.Int64
