@@ -87,18 +87,18 @@ func TestTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ranges, perRun strings.Builder
-	writeRanges(&ranges, runs)
-	writeRuns(&perRun, runs)
+	var rangesOut, runsOut strings.Builder
+	writeRanges(&rangesOut, runs)
+	writeRuns(&runsOut, runs)
 	for _, tc := range []struct{ got, want string }{
-		{ranges.String(), `| scenario | CRI, WAN | kubelet, loopback |
+		{rangesOut.String(), `| scenario | CRI, WAN | kubelet, loopback |
 | --- | --- | --- |
 | node boot |  | 0.50 · **1.26** · **0.9512** |
 | Giant | 0.35 · **0.64**¹ · 0.84 |  |
 
 ¹ The small images' (the sidecars') median.
 `},
-		{perRun.String(), `| scenario | profile | runs | first | median | last | small median | delay median | noise first/median/last | write share | CPU, s: pullwise (stock, again) | peak RSS, MiB (stock) | order |
+		{runsOut.String(), `| scenario | profile | runs | first | median | last | small median | delay median | noise first/median/last | write share | CPU, s: pullwise (stock, again) | peak RSS, MiB (stock) | order |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 | node boot | loopback | 1 | 0.50 | **1.26** | **0.9512** | - | **0.70** | - / - / - | - | 5.3 (3.7) | 276 (65) | pullwise, stock |
 
