@@ -36,7 +36,7 @@ func TestDocsTables(t *testing.T) {
 			}
 			marked++
 			args = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(args), "-->"))
-			shape, files, err := parseArgs(strings.Fields(args))
+			sh, files, err := parseArgs(strings.Fields(args))
 			if err != nil {
 				t.Errorf("%s:%d: %v", page, i+1, err)
 				continue
@@ -45,7 +45,7 @@ func TestDocsTables(t *testing.T) {
 				files[j] = filepath.Join(docs, files[j])
 			}
 			var made strings.Builder
-			if err := tables(&made, shape, files); err != nil {
+			if err := tables(&made, sh, files); err != nil {
 				t.Errorf("%s:%d: %v", page, i+1, err)
 				continue
 			}

@@ -13,9 +13,10 @@ import (
 //
 // A CRI burst reports each daemon's time against the burst's bound (the
 // least CPU either daemon spent on the same images, on every CPU, or on
-// the WAN their bytes over the link, whichever is longer), and no daemon
-// beats the bound. So Pullwise / stock cannot go below bound / stock's
-// time, the inverse of stock-<x>-vs-bound. Where even that floor is over
+// the WAN their bytes over the link, whichever is longer), and no order
+// of the same work beats the bound (but for the median's, an estimate).
+// So Pullwise / stock cannot go below bound / stock's time, the inverse
+// of stock-<x>-vs-bound. Where even that floor is over
 // a goal, no scheduling can meet the goal in that run; where it is well
 // under and Pullwise is not, the gap is Pullwise's. Kubelet's runs have
 // no bound and are left out.

@@ -21,14 +21,14 @@ import (
 )
 
 func main() {
-	shape, files, err := parseArgs(os.Args[1:])
+	sh, files, err := parseArgs(os.Args[1:])
 	if err == flag.ErrHelp {
 		os.Exit(0)
 	}
 	if err != nil {
 		os.Exit(2) // the flag set said why
 	}
-	if err := tables(os.Stdout, shape, files); err != nil {
+	if err := tables(os.Stdout, sh, files); err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
 	}
