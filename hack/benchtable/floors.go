@@ -55,15 +55,16 @@ func writeFloors(w io.Writer, runs []run) error {
 			}
 			return fmt.Sprintf("%s (%s)", spread(floor, goal), spread(pw, goal))
 		}
-		med := cell("median", medianGoal)
-		if _, ok := rs[0].metrics["small-median-ratio"]; ok {
-			med, small = cell("small-median", smallMedianGoal)+"¹", true
+		what, goal, sm := medianMeasure(rs[0])
+		med := cell(what, goal)
+		if sm {
+			med, small = med+"¹", true
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s |\n", scenarioName(k.scenario), profileName(k.profile), len(rs),
 			cell("first", firstGoal), med, cell("makespan", lastGoal))
 	}
 	if small {
-		fmt.Fprint(w, "\n¹ The small images' (the sidecars') median.\n")
+		fmt.Fprint(w, smallFootnote)
 	}
 	return nil
 }

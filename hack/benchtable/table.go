@@ -72,6 +72,19 @@ func spread(vs []float64, goal float64) string {
 	return s
 }
 
+// medianMeasure is the median a run's scenario is judged by: the small
+// images' where a big one is asked for first (marked ¹, with
+// smallFootnote under the table), else the whole burst's; as the
+// benchmarks name it, with its goal.
+func medianMeasure(r run) (what string, goal float64, small bool) {
+	if _, ok := r.metrics["small-median-ratio"]; ok {
+		return "small-median", smallMedianGoal, true
+	}
+	return "median", medianGoal, false
+}
+
+const smallFootnote = "\n¹ The small images' (the sidecars') median.\n"
+
 // lastMetric is what a kind calls its last: the last pod under kubelet,
 // the burst's makespan under CRI.
 func lastMetric(kind string) string {
@@ -137,9 +150,10 @@ func writeRanges(w io.Writer, runs []run) {
 				}
 				return vs
 			}
-			med := spread(of("median-ratio"), medianGoal)
-			if _, ok := rs[0].metrics["small-median-ratio"]; ok {
-				med, small = spread(of("small-median-ratio"), smallMedianGoal)+"¹", true
+			what, goal, sm := medianMeasure(rs[0])
+			med := spread(of(what+"-ratio"), goal)
+			if sm {
+				med, small = med+"¹", true
 			}
 			fmt.Fprintf(w, " %s · %s · %s", spread(of("first-ratio"), firstGoal), med, spread(of(lastMetric(c.kind)), lastGoal))
 			if len(rs) != most {
@@ -150,7 +164,7 @@ func writeRanges(w io.Writer, runs []run) {
 		fmt.Fprintln(w)
 	}
 	if small {
-		fmt.Fprint(w, "\n¹ The small images' (the sidecars') median.\n")
+		fmt.Fprint(w, smallFootnote)
 	}
 }
 

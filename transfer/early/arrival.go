@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
@@ -35,9 +36,11 @@ type arrival struct {
 	ended   bool
 	err     error         // the download's, once ended
 	grew    chan struct{} // closed when have grows or the download ends; nil: nobody waits
-	starved time.Duration // readers' waits for bytes not yet here
-	yielded time.Duration // readers' waits for pulls ahead
 	closed  bool
+
+	// Added to at every read, so atomic rather than under mu.
+	starved atomic.Int64 // readers' waits for bytes not yet here, ns
+	yielded atomic.Int64 // readers' waits for pulls ahead, ns
 }
 
 func newArrival(dir string, desc ocispec.Descriptor, store content.Provider) (*arrival, error) {
@@ -109,19 +112,30 @@ func (a *arrival) changed() chan struct{} {
 }
 
 // until waits until cond, called with a.mu held, holds, or ctx ends; it
-// reports whether it had to wait.
-func (a *arrival) until(ctx context.Context, cond func() bool) (bool, error) {
-	for waited := false; ; waited = true {
+// returns how long it waited. A cond that holds at once costs one lock
+// and no clock reading: a reader calls it at every read.
+func (a *arrival) until(ctx context.Context, cond func() bool) (time.Duration, error) {
+	var start time.Time
+	waited := func() time.Duration {
+		if start.IsZero() {
+			return 0
+		}
+		return time.Since(start)
+	}
+	for {
 		a.mu.Lock()
 		if cond() {
 			a.mu.Unlock()
-			return waited, nil
+			return waited(), nil
 		}
 		ch := a.changed()
 		a.mu.Unlock()
+		if start.IsZero() {
+			start = time.Now()
+		}
 		select {
 		case <-ctx.Done():
-			return true, ctx.Err()
+			return waited(), ctx.Err()
 		case <-ch:
 		}
 	}
@@ -129,12 +143,11 @@ func (a *arrival) until(ctx context.Context, cond func() bool) (bool, error) {
 
 // wait waits for the download to end, and returns its error.
 func (a *arrival) wait(ctx context.Context) error {
-	if _, err := a.until(ctx, func() bool { return a.ended }); err != nil {
+	var derr error
+	if _, err := a.until(ctx, func() bool { derr = a.err; return a.ended }); err != nil {
 		return err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.err
+	return derr
 }
 
 // ready waits until the layer should start being written: once what has
@@ -146,15 +159,18 @@ func (a *arrival) ready(ctx context.Context, cost func(mediaType string, size in
 	paced := func() bool {
 		return a.have > 0 && (cost == nil || cost(a.desc.MediaType, a.have) >= a.rest(time.Now()))
 	}
-	if _, err := a.until(ctx, func() bool { return a.ended || a.spoiled || paced() }); err != nil {
+	// The state as cond found it under a.mu.
+	var ended, spoiled bool
+	var derr error
+	if _, err := a.until(ctx, func() bool {
+		ended, spoiled, derr = a.ended, a.spoiled, a.err
+		return ended || spoiled || paced()
+	}); err != nil {
 		return false, err
 	}
-	a.mu.Lock()
-	ended, spoiled, err := a.ended, a.spoiled, a.err
-	a.mu.Unlock()
 	switch {
 	case ended:
-		return false, err
+		return false, derr
 	case spoiled:
 		return false, a.wait(ctx)
 	}
@@ -169,18 +185,10 @@ func (a *arrival) rest(now time.Time) time.Duration {
 }
 
 // Starved is how long readers have waited for bytes still on their way.
-func (a *arrival) Starved() time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.starved
-}
+func (a *arrival) Starved() time.Duration { return time.Duration(a.starved.Load()) }
 
 // Yielded is how long readers have given way to pulls ahead.
-func (a *arrival) Yielded() time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.yielded
-}
+func (a *arrival) Yielded() time.Duration { return time.Duration(a.yielded.Load()) }
 
 func (a *arrival) close() {
 	a.mu.Lock()
@@ -216,22 +224,20 @@ func (r *reader) ReadAt(p []byte, off int64) (int, error) {
 	if r.yield != nil {
 		start := time.Now()
 		err := r.yield()
-		a.mu.Lock()
-		a.yielded += time.Since(start)
-		a.mu.Unlock()
+		a.yielded.Add(int64(time.Since(start)))
 		if err != nil {
 			return 0, err
 		}
 	}
 	end := min(off+int64(len(p)), a.desc.Size)
-	start := time.Now()
-	waited, err := a.until(r.ctx, func() bool { return end <= a.have || a.ended })
-	a.mu.Lock()
-	if waited {
-		a.starved += time.Since(start)
-	}
-	have, derr := a.have, a.err
-	a.mu.Unlock()
+	// What the read needs, as cond found it under a.mu.
+	var have int64
+	var derr error
+	waited, err := a.until(r.ctx, func() bool {
+		have, derr = a.have, a.err
+		return end <= have || a.ended
+	})
+	a.starved.Add(int64(waited))
 	switch {
 	case err != nil:
 		return 0, err
