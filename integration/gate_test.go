@@ -474,6 +474,9 @@ func TestGateRedirectedBlobs(t *testing.T) {
 		if !timelineHas(log, img.Ref, "fetched=") {
 			t.Errorf("%s: no fetched= in its pull timeline: the pull never learned its blobs were in", img.Ref)
 		}
+		if !timelineHas(log, img.Ref, "cost=") {
+			t.Errorf("%s: no cost= in its pull timeline: the pull was never priced", img.Ref)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullwise/pullwise/transfer/hostclient"
+	"github.com/pullwise/pullwise/transfer/lane"
 	"github.com/pullwise/pullwise/transfer/source"
 )
 
@@ -88,9 +89,10 @@ func (p *pull) bytesRead() {
 
 // logTimeline says where a pull's time went, from when it was queued:
 // waiting for a slot, the first and the last blob byte, every blob in, and
-// the end. Operators and the benchmarks read it to see where the tail of a
-// burst of pulls goes.
-func (p *pull) logTimeline(ctx context.Context) {
+// the end, and what ticket priced it at (its cost: it is late from then
+// on, and no longer passed over). Operators and the benchmarks read it to
+// see where the tail of a burst of pulls goes.
+func (p *pull) logTimeline(ctx context.Context, ticket *lane.Ticket) {
 	since := func(ns int64) time.Duration {
 		if ns == 0 {
 			return 0
@@ -101,6 +103,9 @@ func (p *pull) logTimeline(ctx context.Context) {
 		"first_byte": since(p.firstByte.Load()), "last_byte": since(p.lastByte.Load())}
 	if !p.fetched.IsZero() {
 		f["fetched"] = p.fetched.Sub(p.queued)
+	}
+	if cost, ok := ticket.Cost(); ok {
+		f["cost"] = cost
 	}
 	if n := p.lazyLayers.Load(); n > 0 {
 		f["lazy_layers"] = n

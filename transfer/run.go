@@ -102,7 +102,7 @@ func (s *Service) run(ctx context.Context, key string, src transfer.ImageFetcher
 	defer turn.Done()
 	defer func() {
 		if err == nil {
-			r.p.logTimeline(ctx)
+			r.p.logTimeline(ctx, r.ticket)
 		}
 	}()
 

@@ -45,6 +45,15 @@ func (t *Ticket) Need(cost time.Duration) {
 	t.costed.Store(true)
 }
 
+// Cost is what Need placed the pull by, and whether it has been placed.
+// The pull is late from when it was asked for plus its cost.
+func (t *Ticket) Cost() (time.Duration, bool) {
+	if t == nil || !t.costed.Load() {
+		return 0, false
+	}
+	return time.Duration(t.due.Load() - t.asked.UnixNano()), true
+}
+
 // Due is when the pull is due: when it was asked for plus its cost, or,
 // while it holds a lock an earlier pull waits on, that pull's due.
 func (t *Ticket) Due() time.Time {
