@@ -55,11 +55,8 @@ func writeFloors(w io.Writer, runs []run) error {
 			}
 			return fmt.Sprintf("%s (%s)", spread(floor, goal), spread(pw, goal))
 		}
-		what, goal, sm := medianMeasure(rs[0])
-		med := cell(what, goal)
-		if sm {
-			med, small = med+"¹", true
-		}
+		med, sm := medianCell(rs[0], cell)
+		small = small || sm
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s |\n", scenarioName(k.scenario), profileName(k.profile), len(rs),
 			cell("first", firstGoal), med, cell("makespan", lastGoal))
 	}

@@ -72,15 +72,15 @@ func spread(vs []float64, goal float64) string {
 	return s
 }
 
-// medianMeasure is the median a run's scenario is judged by: the small
-// images' where a big one is asked for first (marked ¹, with
-// smallFootnote under the table), else the whole burst's; as the
-// benchmarks name it, with its goal.
-func medianMeasure(r run) (what string, goal float64, small bool) {
+// medianCell is the median cell of a run's scenario, made by cell from
+// the measure as the benchmarks name it and its goal: the small images'
+// median where a big one is asked for first, marked ¹ (small reports it,
+// for smallFootnote under the table), else the whole burst's.
+func medianCell(r run, cell func(what string, goal float64) string) (s string, small bool) {
 	if _, ok := r.metrics["small-median-ratio"]; ok {
-		return "small-median", smallMedianGoal, true
+		return cell("small-median", smallMedianGoal) + "¹", true
 	}
-	return "median", medianGoal, false
+	return cell("median", medianGoal), false
 }
 
 const smallFootnote = "\n¹ The small images' (the sidecars') median.\n"
@@ -150,11 +150,8 @@ func writeRanges(w io.Writer, runs []run) {
 				}
 				return vs
 			}
-			what, goal, sm := medianMeasure(rs[0])
-			med := spread(of(what+"-ratio"), goal)
-			if sm {
-				med, small = med+"¹", true
-			}
+			med, sm := medianCell(rs[0], func(what string, goal float64) string { return spread(of(what+"-ratio"), goal) })
+			small = small || sm
 			fmt.Fprintf(w, " %s · %s · %s", spread(of("first-ratio"), firstGoal), med, spread(of(lastMetric(c.kind)), lastGoal))
 			if len(rs) != most {
 				fmt.Fprintf(w, " (%d)", len(rs))

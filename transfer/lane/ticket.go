@@ -46,7 +46,8 @@ func (t *Ticket) Need(cost time.Duration) {
 }
 
 // Cost is what Need placed the pull by, and whether it has been placed.
-// The pull is late from when it was asked for plus its cost.
+// The pull is late from when it was asked for plus its cost, or sooner
+// while it lends an earlier due (Due).
 func (t *Ticket) Cost() (time.Duration, bool) {
 	if t == nil || !t.costed.Load() {
 		return 0, false
