@@ -278,6 +278,38 @@ func unpackedLine(log string, cfg digest.Digest) string {
 // files both ways of the transfer key gzip_read_ahead: on (the default),
 // Pullwise inflates the layers and containerd never runs igzip; off,
 // containerd does as upstream, once per layer.
+// TestUncompressedLayers pulls through CRI an image of plain tar layers,
+// which Pullwise's layer reader passes through so that their writing can
+// give way to pulls ahead (transfer/gunzip), and checks the root
+// filesystem containerd unpacked, in parallel and one layer at a time.
+func TestUncompressedLayers(t *testing.T) {
+	for _, unpacks := range []int{1, 2} {
+		t.Run(fmt.Sprintf("max_concurrent_unpacks=%d", unpacks), func(t *testing.T) {
+			e := newEnv(t, envOptions{transfer: fmt.Sprintf("  max_concurrent_unpacks = %d", unpacks)})
+			img := e.push("unpack/tar", "v1", registry.Image{UncompressedFileLayers: true, FileLayers: []map[string][]byte{
+				{"/etc/app.conf": []byte("level=1\n"), "/bin/app": []byte(strings.Repeat("app ", 1<<16))},
+				{"/etc/app.conf": []byte("level=2\n"), "/bin/gone": []byte("x")},
+				{"/bin/gone": nil},
+			}})
+			e.criPull(img.Ref)
+
+			root, _ := e.mountImage("k8s.io", img.Ref, e.d.Snapshotter)
+			want := map[string]string{
+				"etc/": "", "etc/app.conf": "level=2\n",
+				"bin/": "", "bin/app": strings.Repeat("app ", 1<<16),
+			}
+			if got := rootTree(t, root); !maps.Equal(got, want) {
+				t.Errorf("unpacked root filesystem has %d entries, want %v", len(got), slices.Sorted(maps.Keys(want)))
+				for k, v := range got {
+					if want[k] != v {
+						t.Errorf("  %s: %.40q", k, v)
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestGzipReadAhead(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

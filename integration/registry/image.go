@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
@@ -71,6 +72,10 @@ type Image struct {
 	// with "/a/x" then has a/x but no a/, and the unpacker must create a/
 	// or keep it as the layers below have it.
 	ImpliedDirs bool
+	// UncompressedFileLayers pushes FileLayers as plain tars, with the
+	// OCI media type of an uncompressed layer, as some image builders
+	// can (buildah --disable-compression).
+	UncompressedFileLayers bool
 	// Entrypoint and Cmd are set in the image config, e.g. to run a file
 	// from Files.
 	Entrypoint []string
@@ -160,9 +165,16 @@ func BuildImage(img Image) (v1.Image, error) {
 		if err != nil {
 			return nil, fmt.Errorf("build file layer %d: %w", i, err)
 		}
+		mediaType := types.OCILayer
+		if img.UncompressedFileLayers {
+			mediaType = types.OCIUncompressedLayer
+			if layer, err = uncompressed(layer); err != nil {
+				return nil, fmt.Errorf("file layer %d: %w", i, err)
+			}
+		}
 		adds = append(adds, mutate.Addendum{
 			Layer:     layer,
-			MediaType: types.OCILayer,
+			MediaType: mediaType,
 			History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: fmt.Sprintf("registry test file layer %d", i)},
 		})
 	}
@@ -220,6 +232,20 @@ func gzipLayer(blob []byte) (v1.Layer, error) {
 		return nil, fmt.Errorf("wrap layer: %w", err)
 	}
 	return layer, nil
+}
+
+// uncompressed is layer's tar stream as a layer of its own.
+func uncompressed(layer v1.Layer) (v1.Layer, error) {
+	rc, err := layer.Uncompressed()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	tar, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("read tar stream: %w", err)
+	}
+	return static.NewLayer(tar, types.OCIUncompressedLayer), nil
 }
 
 // contentSource is a byte stream determined by (seed, index). ChaCha8's

@@ -44,7 +44,9 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	if err == nil && stream && a.Node.Yield != nil {
 		// Written early, the layer would take CPUs and the disk from
 		// pulls due before it, which it would otherwise leave to them;
-		// its write can wait for them at no cost to anyone.
+		// its write can wait for them at no cost to anyone, without a
+		// place. Once written, the lane's Pacer has it give way to them
+		// (lane.WrittenEarly).
 		err = a.Node.Yield(ctx)
 	}
 	if err != nil {
@@ -69,7 +71,6 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 		"layer":   desc.Digest,
 		"waited":  started.Sub(asked),
 		"starved": arr.Starved(),
-		"yielded": arr.Yielded(),
 		"done":    time.Since(started),
 	}).Debug("layer written while it arrived")
 	return applied, nil
@@ -77,26 +78,13 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 
 type streamKey struct{}
 
-// stream is a layer's blob as it arrives, and what its reads wait for.
-type stream struct {
-	arr *arrival
-	// yield waits while pulls due before the layer's are in flight: the
-	// write gives way to them all along, not only at its start, since
-	// pulls come through the gate one after another and its start may
-	// fall between two.
-	yield func() error
-}
-
 // withStream has a Provider read arr's blob as it arrives, and tells the
-// lane's Applier how long that waited for bytes or for pulls ahead, which
-// is not what writing the layer cost.
+// lane that the layer is written early: it gives way to pulls ahead all
+// along, not only at its start, since pulls come through the gate one
+// after another and its start may fall between two; and what it waited
+// for bytes is not what writing it cost.
 func (a Applier) withStream(ctx context.Context, arr *arrival) context.Context {
-	s := stream{arr: arr}
-	if a.Node.Yield != nil {
-		s.yield = func() error { return a.Node.Yield(ctx) }
-	}
-	idle := func() time.Duration { return arr.Starved() + arr.Yielded() }
-	return lane.WithStarved(context.WithValue(ctx, streamKey{}, s), idle)
+	return lane.WrittenEarly(context.WithValue(ctx, streamKey{}, arr), arr.Starved)
 }
 
 // Provider reads the blob of a layer written while it arrives from its
@@ -107,8 +95,8 @@ type Provider struct {
 
 // ReaderAt implements content.Provider.
 func (p Provider) ReaderAt(ctx context.Context, desc ocispec.Descriptor) (content.ReaderAt, error) {
-	if s, ok := ctx.Value(streamKey{}).(stream); ok && s.arr.desc.Digest == desc.Digest {
-		return &reader{a: s.arr, ctx: ctx, yield: s.yield}, nil
+	if arr, ok := ctx.Value(streamKey{}).(*arrival); ok && arr.desc.Digest == desc.Digest {
+		return &reader{a: arr, ctx: ctx}, nil
 	}
 	return p.Provider.ReaderAt(ctx, desc)
 }

@@ -38,9 +38,9 @@ type arrival struct {
 	grew    chan struct{} // closed when have grows or the download ends; nil: nobody waits
 	closed  bool
 
-	// Added to at every read, so atomic rather than under mu.
-	starved atomic.Int64 // readers' waits for bytes not yet here, ns
-	yielded atomic.Int64 // readers' waits for pulls ahead, ns
+	// readers' waits for bytes not yet here, ns; added to at every read,
+	// so atomic rather than under mu.
+	starved atomic.Int64
 }
 
 func newArrival(dir string, desc ocispec.Descriptor, store content.Provider) (*arrival, error) {
@@ -187,9 +187,6 @@ func (a *arrival) rest(now time.Time) time.Duration {
 // Starved is how long readers have waited for bytes still on their way.
 func (a *arrival) Starved() time.Duration { return time.Duration(a.starved.Load()) }
 
-// Yielded is how long readers have given way to pulls ahead.
-func (a *arrival) Yielded() time.Duration { return time.Duration(a.yielded.Load()) }
-
 func (a *arrival) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -204,7 +201,6 @@ func (a *arrival) close() {
 type reader struct {
 	a     *arrival
 	ctx   context.Context  // the apply's, for the store
-	yield func() error     // waits while pulls ahead are in flight; nil: never
 	store content.ReaderAt // once the blob is committed and the spool falls short
 }
 
@@ -221,14 +217,6 @@ func (r *reader) Close() error {
 // the store those the spool does not have once the blob is committed.
 func (r *reader) ReadAt(p []byte, off int64) (int, error) {
 	a := r.a
-	if r.yield != nil {
-		start := time.Now()
-		err := r.yield()
-		a.yielded.Add(int64(time.Since(start)))
-		if err != nil {
-			return 0, err
-		}
-	}
 	end := min(off+int64(len(p)), a.desc.Size)
 	// What the read needs, as cond found it under a.mu.
 	var have int64

@@ -18,8 +18,9 @@
 // arrived would take as long to write as the rest takes to arrive
 // (arrival.ready): the write then ends about when the last byte comes,
 // and its place is seldom left waiting. Nor does it start while a pull
-// due before its own is in flight (Node.Yield): written early, it would
-// take from that pull the CPUs and the disk it otherwise leaves to it.
+// due before its own is in flight (Node.Yield), nor go on (the lane's
+// Pacer, told by lane.WrittenEarly): written early, it would take from
+// that pull the CPUs and the disk it otherwise leaves to it.
 package early
 
 import (

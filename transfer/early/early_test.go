@@ -288,8 +288,9 @@ func TestReaderTakesTheRestFromTheStore(t *testing.T) {
 	}
 }
 
-// TestWriteGivesWayToPullsAhead: the layer's write does not start, nor
-// read on, while Node.Yield says pulls due before its own are in flight.
+// TestWriteGivesWayToPullsAhead: the layer's write does not start while
+// Node.Yield says pulls due before its own are in flight. (Once started,
+// the lane's Pacer has it give way: lane's TestPacerWrittenEarly.)
 func TestWriteGivesWayToPullsAhead(t *testing.T) {
 	withMinSize(t, 1)
 	data, desc := blob(t, 4<<20)
@@ -337,8 +338,5 @@ func TestWriteGivesWayToPullsAhead(t *testing.T) {
 	<-ra.firstRead
 	if err := <-applied; err != nil {
 		t.Fatal(err)
-	}
-	if yields.Load() < 2 {
-		t.Errorf("asked %d times whether pulls are ahead: at the start and at every read", yields.Load())
 	}
 }

@@ -1,8 +1,9 @@
 // Package gunzip decompresses gzip image layers for containerd's layer
 // appliers: whole, with libdeflate, where a layer fits in memory, and
 // otherwise streamed through klauspost/pgzip in place of compress/gzip.
-// zstd layers pass through it too, inflated as containerd would, so that
-// every compressed layer's writing can give way (lane.Pacer).
+// zstd layers pass through it too, inflated as containerd would, and
+// uncompressed ones as they are, so that every layer's writing can give
+// way (lane.Pacer).
 //
 // Unpacking a layer is one goroutine in containerd: it inflates the blob,
 // hashes the tar stream (the diff ID) and writes the files, one after the
@@ -73,10 +74,10 @@ var on atomic.Bool
 // gzip layers go to containerd's own decompression.
 func Enable(enable bool) { on.Store(enable) }
 
-// Handler claims layers whose media type says gzip or zstd. Register it with
-// diff.RegisterProcessor before containerd's server starts: the
-// stream_processors of its config are registered after, and so still come
-// first for the media types they name.
+// Handler claims layers whose media type says gzip, zstd or uncompressed.
+// Register it with diff.RegisterProcessor before containerd's server
+// starts: the stream_processors of its config are registered after, and
+// so still come first for the media types they name.
 func Handler(_ context.Context, mediaType string) (diff.StreamProcessorInit, bool) {
 	if !on.Load() {
 		return nil, false
@@ -86,6 +87,8 @@ func Handler(_ context.Context, mediaType string) (diff.StreamProcessorInit, boo
 		return open, true
 	case zstdLayers[mediaType]:
 		return openZstd, true
+	case tarLayers[mediaType]:
+		return openTar, true
 	}
 	return nil, false
 }
@@ -108,6 +111,28 @@ var gzipLayers = map[string]bool{
 var zstdLayers = map[string]bool{
 	ocispec.MediaTypeImageLayerZstd:                 true,
 	ocispec.MediaTypeImageLayerNonDistributableZstd: true, //nolint:staticcheck // still served
+}
+
+// tarLayers are the media types of uncompressed layers. Nothing is
+// inflated; they come here only so that their writing gives way like a
+// compressed layer's (lane.Pacer): containerd passes them through a
+// processor of its own that reads on regardless.
+var tarLayers = map[string]bool{
+	ocispec.MediaTypeImageLayer:                 true,
+	ocispec.MediaTypeImageLayerNonDistributable: true, //nolint:staticcheck // still served
+	images.MediaTypeDockerSchema2Layer:          true,
+	images.MediaTypeDockerSchema2LayerForeign:   true,
+}
+
+// openTar passes an uncompressed layer through, paced. Like containerd's
+// own processor for them, it leaves the stream beneath to its owner to
+// close.
+func openTar(ctx context.Context, stream diff.StreamProcessor, _ map[string]typeurl.Any) (diff.StreamProcessor, error) {
+	pace := lane.PacerOf(ctx)
+	if err := pace.Wait(ctx); err != nil {
+		return nil, err
+	}
+	return &processor{ReadCloser: io.NopCloser(stream), ctx: ctx, pace: pace}, nil
 }
 
 // openZstd streams a zstd layer through containerd's own decompression,

@@ -15,14 +15,18 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 	"unsafe"
 
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/typeurl/v2"
 	"github.com/klauspost/compress/zstd"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.uber.org/goleak"
+
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // layerTar is a tar stream of one file of n bytes, half random and half
@@ -95,7 +99,7 @@ func uncompressFrom(t *testing.T, payloads map[string]typeurl.Any, mediaType str
 	ctx := context.Background()
 	start, ok := Handler(ctx, mediaType)
 	if !ok {
-		t.Fatalf("Handler(%s) did not claim a gzip layer", mediaType)
+		t.Fatalf("Handler(%s) did not claim the layer", mediaType)
 	}
 	p, err := start(ctx, diff.NewProcessorChain(mediaType, r), payloads)
 	if err != nil {
@@ -177,6 +181,8 @@ func TestUncompressedLayerIsTheTarStream(t *testing.T) {
 		{"gzip type, zstd bytes", ocispec.MediaTypeImageLayerGzip, zstded(t, a), a, false},
 		{"oci zstd layer", ocispec.MediaTypeImageLayerZstd, zstded(t, a), a, false},
 		{"zstd type, plain tar bytes", ocispec.MediaTypeImageLayerZstd, b, b, false},
+		{"oci uncompressed layer", ocispec.MediaTypeImageLayer, a, a, false},
+		{"docker uncompressed layer", images.MediaTypeDockerSchema2Layer, b, b, false},
 	}
 	eachWay(t, func(t *testing.T, whole bool) {
 		for _, c := range cases {
@@ -449,13 +455,12 @@ func TestOtherLayersAreLeftToContainerd(t *testing.T) {
 	Enable(false)
 	_, claimedGzip := Handler(ctx, ocispec.MediaTypeImageLayerGzip)
 	_, claimedZstd := Handler(ctx, ocispec.MediaTypeImageLayerZstd)
+	_, claimedTar := Handler(ctx, ocispec.MediaTypeImageLayer)
 	Enable(true)
-	if claimedGzip || claimedZstd {
+	if claimedGzip || claimedZstd || claimedTar {
 		t.Error("Handler claimed a layer while turned off")
 	}
 	for _, mt := range []string{
-		ocispec.MediaTypeImageLayer,
-		images.MediaTypeDockerSchema2Layer,
 		images.MediaTypeImageLayerGzipEncrypted,
 		"application/octet-stream",
 	} {
@@ -463,6 +468,59 @@ func TestOtherLayersAreLeftToContainerd(t *testing.T) {
 			t.Errorf("Handler claimed %s", mt)
 		}
 	}
+}
+
+// TestEveryLayerIsPaced: whatever its compression, a layer applied in a
+// lane is read through its Pacer, which holds its writing back for the
+// pulls ahead (lane's TestPacer).
+func TestEveryLayerIsPaced(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	a := layerTar(t, 1<<20)
+	for _, c := range []struct {
+		mediaType string
+		blob      []byte
+	}{
+		{ocispec.MediaTypeImageLayerGzip, gzipped(t, a)},
+		{ocispec.MediaTypeImageLayerZstd, zstded(t, a)},
+		{ocispec.MediaTypeImageLayer, a},
+		{images.MediaTypeDockerSchema2Layer, a},
+	} {
+		t.Run(c.mediaType, func(t *testing.T) {
+			ctx := lane.WithTicket(context.Background(), lane.NewTicket(time.Now()))
+			applier := lane.Applier{Applier: opening{mediaType: c.mediaType, blob: c.blob}, Lane: lane.Overtaking(1, lane.Slack)}
+			if _, err := applier.Apply(ctx, ocispec.Descriptor{MediaType: c.mediaType}, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	budgetAllFree(t)
+}
+
+// opening applies a layer as containerd's applier does, through the
+// processor Handler gives its media type, and fails unless that processor
+// reads through the layer's Pacer.
+type opening struct {
+	mediaType string
+	blob      []byte
+}
+
+func (o opening) Apply(ctx context.Context, _ ocispec.Descriptor, _ []mount.Mount, _ ...diff.ApplyOpt) (ocispec.Descriptor, error) {
+	start, ok := Handler(ctx, o.mediaType)
+	if !ok {
+		return ocispec.Descriptor{}, fmt.Errorf("%s left to containerd", o.mediaType)
+	}
+	sp, err := start(ctx, diff.NewProcessorChain(o.mediaType, bytes.NewReader(o.blob)), nil)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	defer sp.Close()
+	if _, err := io.Copy(io.Discard, sp); err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	if p, ok := sp.(*processor); !ok || p.pace == nil || p.pace != lane.PacerOf(ctx) {
+		return ocispec.Descriptor{}, fmt.Errorf("%s not read through its Pacer", o.mediaType)
+	}
+	return ocispec.Descriptor{}, nil
 }
 
 // unmapAllKept gives back the memory kept for later layers, and says how

@@ -47,17 +47,24 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	return applied, err
 }
 
-type starvedKey struct{}
+type earlyKey struct{}
 
-// WithStarved tells Apply how long the layer's reader has waited for other
-// things than writing (transfer/early writes a layer while it arrives:
-// bytes still on the network, pulls ahead), which teaches Costs nothing.
-func WithStarved(ctx context.Context, starved func() time.Duration) context.Context {
-	return context.WithValue(ctx, starvedKey{}, starved)
+// WrittenEarly marks ctx's layer as written while its blob arrives
+// (transfer/early), which only moves earlier what would otherwise run
+// after its last byte. Its Pacer gives way to every pull ahead in flight,
+// whatever the pressure; starved says how long its reader has waited for
+// bytes still on the network, which teaches Costs nothing.
+func WrittenEarly(ctx context.Context, starved func() time.Duration) context.Context {
+	return context.WithValue(ctx, earlyKey{}, starved)
+}
+
+func writtenEarly(ctx context.Context) bool {
+	_, ok := ctx.Value(earlyKey{}).(func() time.Duration)
+	return ok
 }
 
 func starvedOf(ctx context.Context) time.Duration {
-	if f, ok := ctx.Value(starvedKey{}).(func() time.Duration); ok {
+	if f, ok := ctx.Value(earlyKey{}).(func() time.Duration); ok {
 		return f()
 	}
 	return 0

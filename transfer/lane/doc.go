@@ -44,8 +44,9 @@
 //     (Link.Unasked): the place it gives back is for the work ahead.
 //   - early: a layer written while its blob arrives (transfer/early) only
 //     moves earlier what would otherwise run after its last byte, so it
-//     gives way to every pull ahead in flight, whatever the pressure
-//     (InFlight.Yield), and its waits teach Costs nothing (WithStarved).
+//     gives way to every pull ahead in flight, whatever the pressure:
+//     before it asks for a place (InFlight.Yield) and while it is written
+//     (Pacer, WrittenEarly). Its waits for bytes teach Costs nothing.
 //   - late: a pull past its due has waited as long as it takes. It is no
 //     longer passed over: it takes an extra place when one is left, and
 //     gives way to nobody. This bounds the tail: a pull waits for others

@@ -124,6 +124,100 @@ func TestInFlightPacesLayers(t *testing.T) {
 	}
 }
 
+// TestPacerWrittenEarly: a layer written while its blob arrives gives way
+// to a pull ahead in flight though no task waits for a CPU, and goes on
+// when that pull is over; a layer written after its last byte does not.
+func TestPacerWrittenEarly(t *testing.T) {
+	now := time.Now()
+	due := dueFrom(now)
+	for _, tc := range []struct {
+		name  string
+		early bool
+	}{
+		{"written early", true},
+		{"written after its last byte", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewInFlight(contended(false), Slack)
+			l := Overtaking(2, Slack)
+			l.GiveWay(f)
+			layer := due(1700 << 20)
+			if tc.early {
+				layer = WrittenEarly(layer, func() time.Duration { return 0 })
+			}
+			w := newWriter()
+			applied := make(chan error, 1)
+			go func() {
+				_, err := Applier{Applier: w, Lane: l}.Apply(layer, ocispec.Descriptor{}, nil)
+				applied <- err
+			}()
+			p := <-w.started
+			done := f.Add(TicketOf(due(20 << 20)))
+			close(w.proceed)
+			if tc.early {
+				await.Until(t, 10*time.Second, "the layer to give way", p.pausing.Load)
+			}
+			done()
+			if err := <-applied; err != nil {
+				t.Fatal(err)
+			}
+			if paused := p.Paused() > 0; paused != tc.early {
+				t.Fatalf("paused %v with the CPUs free, want a pause: %v", p.Paused(), tc.early)
+			}
+		})
+	}
+}
+
+// TestPauseKeepsNoPlaceWorkAheadWaitsFor: a layer giving way to a pull
+// ahead in flight goes on once work ahead of it waits for a place, since
+// its pause would keep the place that work waits for.
+func TestPauseKeepsNoPlaceWorkAheadWaitsFor(t *testing.T) {
+	now := time.Now()
+	due := dueFrom(now)
+	f := NewInFlight(contended(true), Slack)
+	defer f.Add(TicketOf(due(20 << 20)))()
+	l := Overtaking(1, Slack)
+	l.GiveWay(f)
+
+	w := newWriter()
+	applied := make(chan error, 1)
+	go func() {
+		_, err := Applier{Applier: w, Lane: l}.Apply(due(1700<<20), ocispec.Descriptor{}, nil)
+		applied <- err
+	}()
+	p := <-w.started
+	close(w.proceed)
+	await.Until(t, 10*time.Second, "the layer to give way", p.pausing.Load)
+
+	// A small layer takes the one extra place; the next waits in line.
+	releaseExtra, err := l.Acquire(due(20 << 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan func(), 1)
+	go func() {
+		release, err := l.Acquire(due(30 << 20))
+		if err != nil {
+			t.Error(err)
+			release = func() {}
+		}
+		granted <- release
+	}()
+	select {
+	case err := <-applied:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the layer still gave way while a layer ahead of it waited for its place")
+	}
+	releaseExtra()
+	(<-granted)()
+	if p.Paused() == 0 {
+		t.Fatal("the layer never paused")
+	}
+}
+
 // TestInFlightYield: work that only moves earlier waits while a pull due
 // before it is in flight, whatever the CPUs, and goes on when it is over.
 func TestInFlightYield(t *testing.T) {

@@ -21,11 +21,17 @@ import (
 //
 // Only work holding a place counts, never work waiting for one: work
 // ahead runs, so no pause waits on a pause. Fewer layers ahead than
-// places leave a CPU for this one, so it goes on. A late pull gives way to
+// places leave a CPU for this one, so it goes on, and so does a layer
+// while work ahead of it waits for a place: its pause would keep the
+// place that work waits for. A late pull gives way to
 // nobody, and a pull others wait on is as early as they are (Ticket.Due).
+// A layer written while its blob arrives gives way to any pull ahead in
+// flight, CPUs contended or not (WrittenEarly): written after its last
+// byte, as containerd would, it would have left them the node.
 type Pacer struct {
 	lane   *Lane
 	mine   *holder
+	early  bool          // WrittenEarly
 	asked  every         // Wait's; only the reader
 	paused time.Duration // in all; only the reader
 	// pausing is set while Wait holds the layer back, for tests that must
@@ -41,7 +47,7 @@ func withPacer(ctx context.Context, l *Lane, h *holder) (context.Context, *Pacer
 	if l.extra.slack == 0 || h == nil {
 		return ctx, nil
 	}
-	p := &Pacer{lane: l, mine: h}
+	p := &Pacer{lane: l, mine: h, early: writtenEarly(ctx)}
 	return context.WithValue(ctx, pacerKey{}, p), p
 }
 
@@ -79,9 +85,10 @@ func (p *Pacer) Paused() time.Duration {
 	return p.paused
 }
 
-// behind reports whether p's layer gives way: it is not late, and at
-// least as many layers ahead of it hold places as the lane has, or a pull
-// ahead of it is in flight while tasks wait for a CPU (InFlight).
+// behind reports whether p's layer gives way: it is not late, no work
+// ahead of it waits for a place, and at least as many layers ahead of it
+// hold places as the lane has, or a pull ahead of it is in flight while
+// tasks wait for a CPU (InFlight), or at all for a layer written early.
 func (p *Pacer) behind() bool {
 	if p.mine.ticket.Late(time.Now()) {
 		return false
@@ -89,6 +96,12 @@ func (p *Pacer) behind() bool {
 	l := p.lane
 	mine := p.mine.due()
 	l.mu.Lock()
+	if l.waiting.Len() > 0 && Ahead(l.waiting[0].due, mine, l.extra.slack) {
+		// Work ahead waits for a place, and a pause keeps this one:
+		// written on, the layer hands it over sooner.
+		l.mu.Unlock()
+		return false
+	}
 	ahead := 0
 	for h := range l.holders {
 		if Ahead(h.due(), mine, l.extra.slack) {
@@ -96,5 +109,11 @@ func (p *Pacer) behind() bool {
 		}
 	}
 	l.mu.Unlock()
-	return ahead >= l.limit || l.inflight.Behind(p.mine.ticket, mine)
+	if ahead >= l.limit {
+		return true
+	}
+	if p.early {
+		return l.inflight.Ahead(p.mine.ticket, mine)
+	}
+	return l.inflight.Behind(p.mine.ticket, mine)
 }
