@@ -41,7 +41,10 @@
 //     registry), and no pause leaves a CPU idle: each needs the work
 //     ahead to fill the places, or the kernel to say someone waits. A
 //     body that would give way is not asked for until it would not
-//     (Link.Unasked): the place it gives back is for the work ahead.
+//     (Link.Unasked): the place it gives back is for the work ahead. A
+//     layer holds its place while it pauses, so it pauses only while no
+//     work ahead of it waits for a place: that work would wait on the
+//     pause.
 //   - early: a layer written while its blob arrives (transfer/early) only
 //     moves earlier what would otherwise run after its last byte, so it
 //     gives way to every pull ahead in flight, whatever the pressure:
