@@ -233,6 +233,22 @@ func (e *env) mountImage(ns, ref, snapshotter string) (string, digest.Digest) {
 	return dir, chainID
 }
 
+// assertRootTree checks what a user sees under root (rootTree) against
+// want, and names each entry that differs, its content cut short.
+func assertRootTree(t *testing.T, root string, want map[string]string) {
+	t.Helper()
+	got := rootTree(t, root)
+	if maps.Equal(got, want) {
+		return
+	}
+	t.Errorf("unpacked root filesystem has %d entries, want %v", len(got), slices.Sorted(maps.Keys(want)))
+	for k, v := range got {
+		if want[k] != v {
+			t.Errorf("  %s: %.40q", k, v)
+		}
+	}
+}
+
 // rootTree lists what a user sees under root: directories with a trailing
 // slash, regular files with their content and anything else by its type,
 // so that a whiteout showing through as a device or a .wh. file counts.
@@ -278,6 +294,19 @@ func unpackedLine(log string, cfg digest.Digest) string {
 // files both ways of the transfer key gzip_read_ahead: on (the default),
 // Pullwise inflates the layers and containerd never runs igzip; off,
 // containerd does as upstream, once per layer.
+// appLayers are a small image's layers: an app and its config, then the
+// config changed. appTree is its root filesystem.
+var (
+	appLayers = []map[string][]byte{
+		{"/etc/app.conf": []byte("level=1\n"), "/bin/app": []byte(strings.Repeat("app ", 1<<16))},
+		{"/etc/app.conf": []byte("level=2\n")},
+	}
+	appTree = map[string]string{
+		"etc/": "", "etc/app.conf": "level=2\n",
+		"bin/": "", "bin/app": strings.Repeat("app ", 1<<16),
+	}
+)
+
 // TestUncompressedLayers pulls through CRI an image of plain tar layers,
 // which Pullwise's layer reader passes through so that their writing can
 // give way to pulls ahead (transfer/gunzip), and checks the root
@@ -286,26 +315,11 @@ func TestUncompressedLayers(t *testing.T) {
 	for _, unpacks := range []int{1, 2} {
 		t.Run(fmt.Sprintf("max_concurrent_unpacks=%d", unpacks), func(t *testing.T) {
 			e := newEnv(t, envOptions{transfer: fmt.Sprintf("  max_concurrent_unpacks = %d", unpacks)})
-			img := e.push("unpack/tar", "v1", registry.Image{UncompressedFileLayers: true, FileLayers: []map[string][]byte{
-				{"/etc/app.conf": []byte("level=1\n"), "/bin/app": []byte(strings.Repeat("app ", 1<<16))},
-				{"/etc/app.conf": []byte("level=2\n"), "/bin/gone": []byte("x")},
-				{"/bin/gone": nil},
-			}})
+			img := e.push("unpack/tar", "v1", registry.Image{UncompressedFileLayers: true, FileLayers: appLayers})
 			e.criPull(img.Ref)
 
 			root, _ := e.mountImage("k8s.io", img.Ref, e.d.Snapshotter)
-			want := map[string]string{
-				"etc/": "", "etc/app.conf": "level=2\n",
-				"bin/": "", "bin/app": strings.Repeat("app ", 1<<16),
-			}
-			if got := rootTree(t, root); !maps.Equal(got, want) {
-				t.Errorf("unpacked root filesystem has %d entries, want %v", len(got), slices.Sorted(maps.Keys(want)))
-				for k, v := range got {
-					if want[k] != v {
-						t.Errorf("  %s: %.40q", k, v)
-					}
-				}
-			}
+			assertRootTree(t, root, appTree)
 		})
 	}
 }
@@ -329,25 +343,11 @@ func TestGzipReadAhead(t *testing.T) {
 			// containerd inherits the test's environment.
 			t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
 			e := newEnv(t, envOptions{transfer: tc.transfer})
-			img := e.push("unpack/gzip", "v1", registry.Image{FileLayers: []map[string][]byte{
-				{"/etc/app.conf": []byte("level=1\n"), "/bin/app": []byte(strings.Repeat("app ", 1<<16))},
-				{"/etc/app.conf": []byte("level=2\n")},
-			}})
+			img := e.push("unpack/gzip", "v1", registry.Image{FileLayers: appLayers})
 			e.criPull(img.Ref)
 
 			root, _ := e.mountImage("k8s.io", img.Ref, e.d.Snapshotter)
-			want := map[string]string{
-				"etc/": "", "etc/app.conf": "level=2\n",
-				"bin/": "", "bin/app": strings.Repeat("app ", 1<<16),
-			}
-			if got := rootTree(t, root); !maps.Equal(got, want) {
-				t.Errorf("unpacked root filesystem has %d entries, want %v", len(got), slices.Sorted(maps.Keys(want)))
-				for k, v := range got {
-					if want[k] != v {
-						t.Errorf("  %s: %.40q", k, v)
-					}
-				}
-			}
+			assertRootTree(t, root, appTree)
 			b, err := os.ReadFile(calls)
 			if err != nil && !os.IsNotExist(err) {
 				t.Fatal(err)

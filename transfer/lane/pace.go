@@ -23,11 +23,11 @@ import (
 // ahead runs, so no pause waits on a pause. Fewer layers ahead than
 // places leave a CPU for this one, so it goes on, and so does a layer
 // while work ahead of it waits for a place: its pause would keep the
-// place that work waits for. A late pull gives way to
-// nobody, and a pull others wait on is as early as they are (Ticket.Due).
-// A layer written while its blob arrives gives way to any pull ahead in
-// flight, CPUs contended or not (WrittenEarly): written after its last
-// byte, as containerd would, it would have left them the node.
+// place that work waits for. A late pull gives way to nobody, and a pull
+// others wait on is as early as they are (Ticket.Due). A layer written
+// while its blob arrives gives way to any pull ahead in flight, CPUs
+// contended or not (WrittenEarly): written after its last byte, as
+// containerd would, it would have left them the node.
 type Pacer struct {
 	lane   *Lane
 	mine   *holder
