@@ -58,14 +58,16 @@ func WrittenEarly(ctx context.Context, starved func() time.Duration) context.Con
 	return context.WithValue(ctx, earlyKey{}, starved)
 }
 
-func writtenEarly(ctx context.Context) bool {
-	_, ok := ctx.Value(earlyKey{}).(func() time.Duration)
-	return ok
+// writtenEarly reports whether ctx's layer is WrittenEarly, and how long
+// its reader has starved so far.
+func writtenEarly(ctx context.Context) (starved func() time.Duration, ok bool) {
+	starved, ok = ctx.Value(earlyKey{}).(func() time.Duration)
+	return starved, ok
 }
 
 func starvedOf(ctx context.Context) time.Duration {
-	if f, ok := ctx.Value(earlyKey{}).(func() time.Duration); ok {
-		return f()
+	if starved, ok := writtenEarly(ctx); ok {
+		return starved()
 	}
 	return 0
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-
 	"github.com/pullwise/pullwise/internal/await"
 )
 
@@ -93,13 +91,7 @@ func TestInFlightPacesLayers(t *testing.T) {
 	l := Overtaking(2, time.Second)
 	l.GiveWay(f)
 	big := due(1700 << 20)
-	w := newWriter()
-	applied := make(chan error, 1)
-	go func() {
-		_, err := Applier{Applier: w, Lane: l}.Apply(big, ocispec.Descriptor{}, nil)
-		applied <- err
-	}()
-	p := <-w.started
+	p, w, applied := applyPaced(big, l)
 	done := f.Add(TicketOf(due(20 << 20)))
 	close(w.proceed)
 	await.Until(t, 10*time.Second, "the layer to give way", p.pausing.Load)
@@ -145,13 +137,7 @@ func TestPacerWrittenEarly(t *testing.T) {
 			if tc.early {
 				layer = WrittenEarly(layer, func() time.Duration { return 0 })
 			}
-			w := newWriter()
-			applied := make(chan error, 1)
-			go func() {
-				_, err := Applier{Applier: w, Lane: l}.Apply(layer, ocispec.Descriptor{}, nil)
-				applied <- err
-			}()
-			p := <-w.started
+			p, w, applied := applyPaced(layer, l)
 			done := f.Add(TicketOf(due(20 << 20)))
 			close(w.proceed)
 			if tc.early {
@@ -179,13 +165,7 @@ func TestPauseKeepsNoPlaceWorkAheadWaitsFor(t *testing.T) {
 	l := Overtaking(1, Slack)
 	l.GiveWay(f)
 
-	w := newWriter()
-	applied := make(chan error, 1)
-	go func() {
-		_, err := Applier{Applier: w, Lane: l}.Apply(due(1700<<20), ocispec.Descriptor{}, nil)
-		applied <- err
-	}()
-	p := <-w.started
+	p, w, applied := applyPaced(due(1700<<20), l)
 	close(w.proceed)
 	await.Until(t, 10*time.Second, "the layer to give way", p.pausing.Load)
 

@@ -47,7 +47,8 @@ func withPacer(ctx context.Context, l *Lane, h *holder) (context.Context, *Pacer
 	if l.extra.slack == 0 || h == nil {
 		return ctx, nil
 	}
-	p := &Pacer{lane: l, mine: h, early: writtenEarly(ctx)}
+	_, early := writtenEarly(ctx)
+	p := &Pacer{lane: l, mine: h, early: early}
 	return context.WithValue(ctx, pacerKey{}, p), p
 }
 

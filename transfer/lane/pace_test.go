@@ -37,6 +37,19 @@ func (w writer) Apply(ctx context.Context, _ ocispec.Descriptor, _ []mount.Mount
 	return ocispec.Descriptor{}, err
 }
 
+// applyPaced starts applying ctx's layer in l through a writer and
+// returns, once the layer holds a place, its Pacer, the writer (close its
+// proceed to let the layer read on) and what Apply returns.
+func applyPaced(ctx context.Context, l *Lane) (*Pacer, writer, <-chan error) {
+	w := newWriter()
+	applied := make(chan error, 1)
+	go func() {
+		_, err := Applier{Applier: w, Lane: l}.Apply(ctx, ocispec.Descriptor{}, nil)
+		applied <- err
+	}()
+	return <-w.started, w, applied
+}
+
 // dueFrom returns the context of a pull of bytes asked for at base.
 func dueFrom(base time.Time) func(bytes int64) context.Context {
 	return func(bytes int64) context.Context {
@@ -131,13 +144,7 @@ func TestPacer(t *testing.T) {
 	t.Run("cancelled while paused", func(t *testing.T) {
 		l := Overtaking(1, time.Second)
 		ctx, cancel := context.WithCancel(big)
-		w := newWriter()
-		applied := make(chan error)
-		go func() {
-			_, err := Applier{Applier: w, Lane: l}.Apply(ctx, ocispec.Descriptor{}, nil)
-			applied <- err
-		}()
-		p := <-w.started
+		p, w, applied := applyPaced(ctx, l)
 		release := hold(l, small)
 		defer release()
 		close(w.proceed)
