@@ -58,7 +58,9 @@
 //   - lend: a pull holding a lock that an earlier-due pull waits on (the
 //     chain lock of a layer both images share, KeyedLock) is due as early
 //     as that pull while it holds it, so the waiter is not held up behind
-//     work due before the holder (priority inheritance).
+//     work due before the holder (priority inheritance). A lent due
+//     orders; it does not make the holder late, which is the whole pull's
+//     and would send every one of its layers to an extra place.
 //
 // A priority queue is written here because no semaphore in the standard
 // library or golang.org/x/sync orders its waiters by anything but arrival.

@@ -46,8 +46,7 @@ func (t *Ticket) Need(cost time.Duration) {
 }
 
 // Cost is what Need placed the pull by, and whether it has been placed.
-// The pull is late from when it was asked for plus its cost, or sooner
-// while it lends an earlier due (Due).
+// The pull is late from when it was asked for plus its cost (Late).
 func (t *Ticket) Cost() (time.Duration, bool) {
 	if t == nil || !t.costed.Load() {
 		return 0, false
@@ -74,11 +73,17 @@ func (t *Ticket) DueOr(at time.Time) time.Time {
 	return t.Due()
 }
 
-// Late reports whether the pull is past its due at now: it has waited as
-// long as it takes, and nothing passes it over any more. A pull whose cost
-// is not known is never late: its due is only when it was asked for.
+// Late reports whether the pull is past its own due at now: it has waited
+// as long as it takes, and nothing passes it over any more. A pull whose
+// cost is not known is never late: its due is only when it was asked for.
+//
+// A due lent to the pull (KeyedLock) moves its work up in line but does
+// not make it late. Lateness is the whole pull's: lent, every layer of a
+// large image holding the chain lock small pulls wait on would take an
+// extra place at once, and the small pulls' layers would wait for those
+// places (docs/benchmarks-history.md, the stall under kubelet).
 func (t *Ticket) Late(now time.Time) bool {
-	return t != nil && t.costed.Load() && now.After(t.Due())
+	return t != nil && t.costed.Load() && now.UnixNano() > t.due.Load()
 }
 
 type ticketKey struct{}

@@ -43,3 +43,40 @@ func TestTicketCost(t *testing.T) {
 		})
 	}
 }
+
+// TestTicketLate: a priced pull is late past its own due; a due it lends
+// (KeyedLock) does not make it late, and a pull not priced never is.
+func TestTicketLate(t *testing.T) {
+	now := time.Now()
+	cases := []struct {
+		name   string
+		asked  time.Duration // before now
+		cost   time.Duration // -1: not priced
+		lentAt time.Duration // before now; 0: nothing lent
+		late   bool
+	}{
+		{name: "no ticket", cost: -2},
+		{name: "not priced", asked: time.Hour, cost: -1},
+		{name: "before its due", asked: time.Second, cost: time.Minute},
+		{name: "past its due", asked: time.Minute, cost: time.Second, late: true},
+		{name: "lending a due already past", asked: time.Second, cost: time.Minute, lentAt: 30 * time.Second},
+		{name: "lending, and past its own due", asked: time.Minute, cost: time.Second, lentAt: 2 * time.Minute, late: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var tk *Ticket
+			if tc.cost != -2 {
+				tk = NewTicket(now.Add(-tc.asked))
+				if tc.cost >= 0 {
+					tk.Need(tc.cost)
+				}
+				if tc.lentAt != 0 {
+					tk.lent.Store(now.Add(-tc.lentAt).UnixNano())
+				}
+			}
+			if got := tk.Late(now); got != tc.late {
+				t.Fatalf("Late() = %v, want %v", got, tc.late)
+			}
+		})
+	}
+}
