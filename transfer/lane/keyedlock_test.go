@@ -177,3 +177,58 @@ func TestKeyedLockLends(t *testing.T) {
 		})
 	}
 }
+
+// TestLenderIsPassedAtItsOwnDue: a large pull holds a chain lock a small
+// pull waits on, and one of its layers holds the lane's one place. The
+// lent due must not make that place look due as early as the small pull:
+// the layer on the locked chain, and another pull due well before the
+// large one, each take an extra place at once rather than wait behind it.
+func TestLenderIsPassedAtItsOwnDue(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		asker func(big *Ticket) *Ticket
+	}{
+		{name: "the lender's layer on the locked chain", asker: func(big *Ticket) *Ticket { return big }},
+		{name: "another pull due before the lender", asker: func(*Ticket) *Ticket {
+			other := NewTicket(time.Now())
+			other.Need(time.Minute)
+			return other
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Now()
+			big, small := NewTicket(now), NewTicket(now)
+			big.Need(time.Hour)
+			small.Need(time.Minute)
+			l := Overtaking(1, time.Second)
+			k := NewKeyedLock(l)
+			if err := k.Lock(WithTicket(context.Background(), big), "chain"); err != nil {
+				t.Fatal(err)
+			}
+			defer k.Unlock("chain")
+			held, err := l.Acquire(WithTicket(context.Background(), big))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held()
+
+			ctx, cancel := context.WithCancel(WithTicket(context.Background(), small))
+			defer cancel()
+			locked := make(chan error, 1)
+			go func() { locked <- k.Lock(ctx, "chain") }()
+			defer func() {
+				cancel()
+				<-locked
+			}()
+			await.Until(t, 10*time.Second, "the big pull to lend the small pull's due", func() bool { return big.Due().Equal(small.Due()) })
+
+			asking, stop := context.WithTimeout(WithTicket(context.Background(), tc.asker(big)), 10*time.Second)
+			defer stop()
+			release, err := l.Acquire(asking)
+			if err != nil {
+				t.Fatalf("waited for the place the lender's layer holds: %v", err)
+			}
+			release()
+		})
+	}
+}

@@ -33,7 +33,21 @@ type holder struct {
 	extra  bool
 }
 
+// due is when h's work is due for its own turns: whether it gives way
+// (Pacer), a lent due included (Ticket.Due).
 func (h *holder) due() time.Time { return h.ticket.DueOr(h.at) }
+
+// ownDue is when h's work is due to work that would pass it or give way
+// to it: its pull's own due (Ticket.OwnDue). A lent due gets the lender's
+// work a place and keeps it from pausing; it must not also keep other
+// pulls from passing the lender's layers that hold places, nor the layer
+// on the locked chain, waiting behind them, from an extra place.
+func (h *holder) ownDue() time.Time {
+	if h.ticket == nil {
+		return h.at
+	}
+	return h.ticket.OwnDue()
+}
 
 // New returns a lane with limit places; 0 is unlimited. Work waits in due
 // order and never takes a place beyond the limit.
@@ -118,10 +132,11 @@ func (l *Lane) acquire(ctx context.Context) (*holder, error) {
 	return nil, ctx.Err()
 }
 
-// dues yields the dues of the work holding places. l.mu must be held.
+// dues yields the own dues of the work holding places (holder.ownDue).
+// l.mu must be held.
 func (l *Lane) dues(yield func(time.Time) bool) {
 	for h := range l.holders {
-		if !yield(h.due()) {
+		if !yield(h.ownDue()) {
 			return
 		}
 	}

@@ -105,7 +105,7 @@ func (p *Pacer) behind() bool {
 	}
 	ahead := 0
 	for h := range l.holders {
-		if Ahead(h.due(), mine, l.extra.slack) {
+		if Ahead(h.ownDue(), mine, l.extra.slack) {
 			ahead++
 		}
 	}

@@ -64,6 +64,10 @@ func (t *Ticket) Due() time.Time {
 	return time.Unix(0, d)
 }
 
+// OwnDue is when the pull is due by its own ask and cost, without a due
+// it lends (Due).
+func (t *Ticket) OwnDue() time.Time { return time.Unix(0, t.due.Load()) }
+
 // DueOr is t's Due, or at for work without a ticket, which lines up at the
 // time it asks.
 func (t *Ticket) DueOr(at time.Time) time.Time {
@@ -83,7 +87,7 @@ func (t *Ticket) DueOr(at time.Time) time.Time {
 // extra place at once, and the small pulls' layers would wait for those
 // places (docs/benchmarks-history.md, the stall under kubelet).
 func (t *Ticket) Late(now time.Time) bool {
-	return t != nil && t.costed.Load() && now.UnixNano() > t.due.Load()
+	return t != nil && t.costed.Load() && now.After(t.OwnDue())
 }
 
 type ticketKey struct{}
