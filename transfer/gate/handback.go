@@ -49,7 +49,9 @@ type Hold struct {
 	release func()
 }
 
-func (t *Hold) due() time.Time { return t.ticket.DueOr(t.started) }
+// due is the pull's own due (lane.Ticket.OwnDue): extra places go by it,
+// and a due the pull lends does not move it.
+func (t *Hold) due() time.Time { return t.ticket.OwnDueOr(t.started) }
 
 type holdState int
 

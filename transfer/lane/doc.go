@@ -58,13 +58,13 @@
 //   - lend: a pull holding a lock that an earlier-due pull waits on (the
 //     chain lock of a layer both images share, KeyedLock) is due as early
 //     as that pull while it holds it, so the waiter is not held up behind
-//     work due before the holder (priority inheritance). The lent due is
-//     the holder's for its own turns only: its work waiting for a place
-//     moves up, and its layers do not give way. Work that would pass the
-//     holder's layers sees their own due (Ticket.OwnDue), and the holder
-//     is late only past its own due: lent, lateness and places held would
-//     be the whole pull's, and its other layers would keep every place
-//     from the layer on the locked chain and the pulls waiting on it.
+//     work due before the holder (priority inheritance). A lent due is
+//     for the holder's own turns only: its work waiting for a place moves
+//     up in line, and its layers and bodies do not give way. Everything
+//     else goes by own dues (Ticket.OwnDue): lateness, extra places, and
+//     whom other work gives way to or passes. A lent due is the whole
+//     pull's, and with it a large image's layers took extra places, or
+//     could not be passed, while the small pulls waited for places.
 //
 // A priority queue is written here because no semaphore in the standard
 // library or golang.org/x/sync orders its waiters by anything but arrival.

@@ -62,7 +62,8 @@ func (f *InFlight) Behind(t *Ticket, mine time.Time) bool {
 }
 
 // Ahead reports whether the pull with ticket t, due at mine, is not late
-// and another pull in flight is Ahead of it by the slack.
+// and another pull in flight is Ahead of it by the slack, by that pull's
+// own due (Ticket.OwnDue).
 func (f *InFlight) Ahead(t *Ticket, mine time.Time) bool {
 	if f == nil || t == nil || t.Late(time.Now()) {
 		return false
@@ -70,7 +71,7 @@ func (f *InFlight) Ahead(t *Ticket, mine time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for o := range f.pulls {
-		if o != t && Ahead(o.Due(), mine, f.slack) {
+		if o != t && Ahead(o.OwnDue(), mine, f.slack) {
 			return true
 		}
 	}

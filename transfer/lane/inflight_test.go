@@ -25,6 +25,10 @@ func TestInFlightBehind(t *testing.T) {
 	big := func() *Ticket { tk := NewTicket(now); tk.Need(costOf(1700 << 20)); return tk }
 	small := func() *Ticket { tk := NewTicket(now); tk.Need(costOf(20 << 20)); return tk }
 	late := func() *Ticket { tk := NewTicket(now.Add(-time.Minute)); tk.Need(costOf(1700 << 20)); return tk }
+	// lending: a large pull holding a lock a small pull waits on
+	// (KeyedLock), which lends it the small pull's due.
+	lending := func() *Ticket { tk := big(); tk.lent.Store(small().Due().UnixNano()); return tk }
+	between := func() *Ticket { tk := NewTicket(now); tk.Need(costOf(500 << 20)); return tk }
 	cases := []struct {
 		name      string
 		cpu       *Pressure
@@ -43,6 +47,8 @@ func TestInFlightBehind(t *testing.T) {
 		{name: "the pull ahead is over", cpu: contended(true), mine: big(), inFlight: []*Ticket{small()}, doneFirst: true},
 		{name: "a late pull gives way to nobody", cpu: contended(true), mine: late(), inFlight: []*Ticket{small()}},
 		{name: "work without a ticket is not paced", cpu: contended(true), inFlight: []*Ticket{small()}},
+		{name: "a lending pull is seen at its own due", cpu: contended(true), mine: between(), inFlight: []*Ticket{lending()}},
+		{name: "a lending pull gives way by the due it lends", cpu: contended(true), mine: lending(), inFlight: []*Ticket{between()}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

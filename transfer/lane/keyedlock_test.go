@@ -178,22 +178,24 @@ func TestKeyedLockLends(t *testing.T) {
 	}
 }
 
-// TestLenderIsPassedAtItsOwnDue: a large pull holds a chain lock a small
-// pull waits on, and one of its layers holds the lane's one place. The
-// lent due must not make that place look due as early as the small pull:
-// the layer on the locked chain, and another pull due well before the
-// large one, each take an extra place at once rather than wait behind it.
-func TestLenderIsPassedAtItsOwnDue(t *testing.T) {
+// TestLentDueGivesNoExtraPlace: a large pull holds a chain lock a small
+// pull waits on, and one of its layers holds the lane's one place. Extra
+// places go by own dues: another pull due well before the large one
+// passes that layer at once, though the large pull lends a due as early
+// as the other's; the large pull's next layer, moved up in line by the
+// lend, waits for a place as it would without it.
+func TestLentDueGivesNoExtraPlace(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		asker func(big *Ticket) *Ticket
+		name   string
+		asker  func(big *Ticket) *Ticket
+		passes bool
 	}{
-		{name: "the lender's layer on the locked chain", asker: func(big *Ticket) *Ticket { return big }},
-		{name: "another pull due before the lender", asker: func(*Ticket) *Ticket {
+		{name: "another pull due before the lender", passes: true, asker: func(*Ticket) *Ticket {
 			other := NewTicket(time.Now())
 			other.Need(time.Minute)
 			return other
 		}},
+		{name: "the lender's next layer", asker: func(big *Ticket) *Ticket { return big }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Now()
@@ -210,7 +212,6 @@ func TestLenderIsPassedAtItsOwnDue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer held()
 
 			ctx, cancel := context.WithCancel(WithTicket(context.Background(), small))
 			defer cancel()
@@ -224,11 +225,29 @@ func TestLenderIsPassedAtItsOwnDue(t *testing.T) {
 
 			asking, stop := context.WithTimeout(WithTicket(context.Background(), tc.asker(big)), 10*time.Second)
 			defer stop()
-			release, err := l.Acquire(asking)
-			if err != nil {
-				t.Fatalf("waited for the place the lender's layer holds: %v", err)
+			got := make(chan error, 1)
+			go func() {
+				release, err := l.Acquire(asking)
+				if err == nil {
+					release()
+				}
+				got <- err
+			}()
+			if tc.passes {
+				if err := <-got; err != nil {
+					t.Fatalf("waited for the place the lender's layer holds: %v", err)
+				}
+				held()
+				return
 			}
-			release()
+			await.Until(t, 10*time.Second, "the lender's layer to wait in line", func() bool { return l.Waiting() == 1 })
+			if n := l.extra.Taken(); n != 0 {
+				t.Fatalf("%d extra places taken: a lent due took one", n)
+			}
+			held()
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }

@@ -38,16 +38,10 @@ type holder struct {
 func (h *holder) due() time.Time { return h.ticket.DueOr(h.at) }
 
 // ownDue is when h's work is due to work that would pass it or give way
-// to it: its pull's own due (Ticket.OwnDue). A lent due gets the lender's
-// work a place and keeps it from pausing; it must not also keep other
-// pulls from passing the lender's layers that hold places, nor the layer
-// on the locked chain, waiting behind them, from an extra place.
-func (h *holder) ownDue() time.Time {
-	if h.ticket == nil {
-		return h.at
-	}
-	return h.ticket.OwnDue()
-}
+// to it: its pull's own due (Ticket.OwnDue). A lent due moves the
+// lender's work up in line and keeps its layers from pausing; it must not
+// also keep other pulls from passing the lender's layers that hold places.
+func (h *holder) ownDue() time.Time { return h.ticket.OwnDueOr(h.at) }
 
 // New returns a lane with limit places; 0 is unlimited. Work waits in due
 // order and never takes a place beyond the limit.
@@ -82,6 +76,10 @@ type waiter struct {
 	held  *holder // the place granted, in an overtaking lane; set before ready closes
 }
 
+// ownDue is when w's work is due by its own pull's ask and cost, not its
+// place in line (due), which a lent due may have moved up.
+func (w *waiter) ownDue() time.Time { return w.owner.OwnDueOr(w.due) }
+
 // Acquire waits for a place, in due order, and returns the func that
 // gives it back, which must be called exactly once. A caller whose context
 // ends while waiting leaves the line and gets ctx.Err().
@@ -105,7 +103,7 @@ func (l *Lane) acquire(ctx context.Context) (*holder, error) {
 		l.mu.Unlock()
 		return h, nil
 	}
-	if l.extra.May(t, due, l.dues) {
+	if l.extra.May(t, t.OwnDueOr(now), l.dues) {
 		h := l.take(t, due, true)
 		l.mu.Unlock()
 		return h, nil
@@ -185,7 +183,7 @@ func (l *Lane) free(h *holder) {
 	// An extra place given back goes to the first in line if it may take
 	// one: otherwise work that found the extra places taken would wait
 	// for a holder it was due well before, or after its own due.
-	for l.waiting.Len() > 0 && l.extra.May(l.waiting[0].owner, l.waiting[0].due, l.dues) {
+	for l.waiting.Len() > 0 && l.extra.May(l.waiting[0].owner, l.waiting[0].ownDue(), l.dues) {
 		l.grant(true)
 	}
 }

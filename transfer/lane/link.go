@@ -76,6 +76,10 @@ func (l *Link) Open(ctx context.Context, places *Lane) *Flow {
 
 func (f *Flow) due() time.Time { return f.ticket.DueOr(f.opened) }
 
+// ownDue is when f's pull is due to the bodies that would give way to it:
+// its own due, not one it lends (Ticket.OwnDue).
+func (f *Flow) ownDue() time.Time { return f.ticket.OwnDueOr(f.opened) }
+
 // Moved records that the body delivered bytes.
 func (f *Flow) Moved() {
 	f.moved.Store(f.link.now().UnixNano())
@@ -106,7 +110,7 @@ func (f *Flow) Behind() bool {
 	recent := l.now().Add(-active).UnixNano()
 	l.mu.Lock()
 	for o := range l.flows {
-		if o != f && o.moved.Load() > recent && Ahead(o.due(), mine, l.Slack) {
+		if o != f && o.moved.Load() > recent && Ahead(o.ownDue(), mine, l.Slack) {
 			l.mu.Unlock()
 			return true
 		}

@@ -27,6 +27,9 @@ func TestLinkBehind(t *testing.T) {
 		tk.Need(cost)
 		return tk
 	}
+	// lending: a large pull holding a lock a small pull waits on
+	// (KeyedLock), which lends it the small pull's due.
+	lending := func() *Ticket { tk := big(); tk.lent.Store(small(0).Due().UnixNano()); return tk }
 	cases := []struct {
 		name  string
 		mine  *Ticket
@@ -43,6 +46,7 @@ func TestLinkBehind(t *testing.T) {
 		{name: "a small pull asked long after the big one does not overtake it", mine: big(), other: small(20 * time.Second)},
 		{name: "the same pull's bodies share", mine: big(), same: true},
 		{name: "a late pull's body gives way to nobody", mine: asked(-time.Minute, 17*time.Second), other: asked(-time.Minute, 0)},
+		{name: "a lending pull's body is seen at its own due", mine: asked(0, 5*time.Second), other: lending()},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

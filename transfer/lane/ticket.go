@@ -65,8 +65,17 @@ func (t *Ticket) Due() time.Time {
 }
 
 // OwnDue is when the pull is due by its own ask and cost, without a due
-// it lends (Due).
+// it lends (Due). Lateness and extra places (Extra) go by it: a lent due
+// only moves the lender's work up in line.
 func (t *Ticket) OwnDue() time.Time { return time.Unix(0, t.due.Load()) }
+
+// OwnDueOr is t's OwnDue, or at for work without a ticket.
+func (t *Ticket) OwnDueOr(at time.Time) time.Time {
+	if t == nil {
+		return at
+	}
+	return t.OwnDue()
+}
 
 // DueOr is t's Due, or at for work without a ticket, which lines up at the
 // time it asks.
@@ -137,7 +146,8 @@ func NewExtra(limit int, slack time.Duration) Extra {
 }
 
 // May reports whether work with ticket t, due at mine, may take an extra
-// place beside holders, the dues of the work holding places now.
+// place beside holders, the dues of the work holding places now. Both are
+// own dues (Ticket.OwnDue).
 func (e *Extra) May(t *Ticket, mine time.Time, holders iter.Seq[time.Time]) bool {
 	if e.slack == 0 || e.taken >= e.limit {
 		return false
