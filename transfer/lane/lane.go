@@ -210,14 +210,15 @@ func (l *Lane) Lend(t *Ticket) {
 	}
 }
 
-// First is the due of the first in line, if any.
+// First is the own due (Ticket.OwnDue) of the first in line, if any:
+// work gives way to it by that, not by a due its pull lends.
 func (l *Lane) First() (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.waiting.Len() == 0 {
 		return time.Time{}, false
 	}
-	return l.waiting[0].due, true
+	return l.waiting[0].ownDue(), true
 }
 
 // Waiting is how many are in line, for tests and metrics.

@@ -72,7 +72,8 @@ func TestLinkBehind(t *testing.T) {
 }
 
 // TestLinkBehindWaiter: a body gives way to a sooner pull waiting for a
-// download place, which it may hold itself, and to no later one.
+// download place, which it may hold itself, and to no later one: later
+// by its own due, though it lends an earlier one.
 func TestLinkBehindWaiter(t *testing.T) {
 	base := time.Now()
 	bigTicket := NewTicket(base)
@@ -91,13 +92,18 @@ func TestLinkBehindWaiter(t *testing.T) {
 
 	for _, w := range []struct {
 		asked time.Time
+		lends bool // the waiter lends a due as early as the big pull's (KeyedLock)
 		want  bool
 	}{
-		{base.Add(30 * time.Second), false}, // due after the big pull
-		{base.Add(10 * time.Millisecond), true},
+		{asked: base.Add(30 * time.Second)}, // due after the big pull
+		{asked: base.Add(10 * time.Millisecond), want: true},
+		{asked: base.Add(30 * time.Second), lends: true}, // seen at its own due
 	} {
 		tk := NewTicket(w.asked)
 		tk.Need(costOf(20 << 20))
+		if w.lends {
+			tk.lent.Store(base.UnixNano())
+		}
 		ctx, cancel := context.WithCancel(WithTicket(context.Background(), tk))
 		done := make(chan error, 1)
 		go func() {
