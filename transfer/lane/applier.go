@@ -43,6 +43,9 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 		"paused":  pacer.Paused(),
 		"starved": starvedOf(ctx),
 		"wrote":   wrote,
+		// extra: the place was one beyond the lane's limit (Extra), which
+		// says who passed whom when layers wait.
+		"extra": h != nil && h.extra,
 	}).Debug("layer unpacked in its lane")
 	return applied, err
 }
