@@ -63,8 +63,8 @@
 //     up in line, and its layers and bodies do not give way. Everything
 //     else goes by own dues (Ticket.OwnDue): lateness, extra places, and
 //     whom other work gives way to or passes. A lent due is the whole
-//     pull's, and with it a large image's layers took extra places, or
-//     could not be passed, while the small pulls waited for places.
+//     pull's: counted there, every layer of a large image could take an
+//     extra place, or not be passed, while the small pulls waited.
 //
 // A priority queue is written here because no semaphore in the standard
 // library or golang.org/x/sync orders its waiters by anything but arrival.

@@ -65,8 +65,8 @@ func (t *Ticket) Due() time.Time {
 }
 
 // OwnDue is when the pull is due by its own ask and cost, without a due
-// it lends (Due). Lateness and extra places (Extra) go by it: a lent due
-// only moves the lender's work up in line.
+// it lends (Due). Lateness, extra places (Extra) and whom other work gives
+// way to go by it: a lent due serves only the lender's own turns.
 func (t *Ticket) OwnDue() time.Time { return time.Unix(0, t.due.Load()) }
 
 // OwnDueOr is t's OwnDue, or at for work without a ticket.
@@ -92,9 +92,9 @@ func (t *Ticket) DueOr(at time.Time) time.Time {
 //
 // A due lent to the pull (KeyedLock) moves its work up in line but does
 // not make it late. Lateness is the whole pull's: lent, every layer of a
-// large image holding the chain lock small pulls wait on would take an
-// extra place at once, and the small pulls' layers would wait for those
-// places (docs/benchmarks-history.md, the stall under kubelet).
+// large image holding the chain lock a small pull waits on would take an
+// extra place once the small pull's due was past, not only the layer the
+// small pull waits for.
 func (t *Ticket) Late(now time.Time) bool {
 	return t != nil && t.costed.Load() && now.After(t.OwnDue())
 }
