@@ -27,7 +27,7 @@ func TestInFlightBehind(t *testing.T) {
 	late := func() *Ticket { tk := NewTicket(now.Add(-time.Minute)); tk.Need(costOf(1700 << 20)); return tk }
 	// lending: a large pull holding a lock a small pull waits on
 	// (KeyedLock), which lends it the small pull's due.
-	lending := func() *Ticket { tk := big(); tk.lent.Store(small().Due().UnixNano()); return tk }
+	lending := func() *Ticket { return lends(big(), small().Due()) }
 	between := func() *Ticket { tk := NewTicket(now); tk.Need(costOf(500 << 20)); return tk }
 	cases := []struct {
 		name      string

@@ -29,7 +29,7 @@ func TestLinkBehind(t *testing.T) {
 	}
 	// lending: a large pull holding a lock a small pull waits on
 	// (KeyedLock), which lends it the small pull's due.
-	lending := func() *Ticket { tk := big(); tk.lent.Store(small(0).Due().UnixNano()); return tk }
+	lending := func() *Ticket { return lends(big(), small(0).Due()) }
 	cases := []struct {
 		name  string
 		mine  *Ticket
@@ -102,7 +102,7 @@ func TestLinkBehindWaiter(t *testing.T) {
 		tk := NewTicket(w.asked)
 		tk.Need(costOf(20 << 20))
 		if w.lends {
-			tk.lent.Store(base.UnixNano())
+			lends(tk, base)
 		}
 		ctx, cancel := context.WithCancel(WithTicket(context.Background(), tk))
 		done := make(chan error, 1)

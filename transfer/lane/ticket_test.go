@@ -30,8 +30,7 @@ func TestTicketCost(t *testing.T) {
 		{name: "lending an earlier due", priced: true, want: 3 * time.Second, ticket: func() *Ticket {
 			tk := NewTicket(asked)
 			tk.Need(3 * time.Second)
-			tk.lent.Store(asked.Add(-time.Second).UnixNano())
-			return tk
+			return lends(tk, asked.Add(-time.Second))
 		}},
 	}
 	for _, tc := range cases {
@@ -50,12 +49,13 @@ func TestTicketLate(t *testing.T) {
 	now := time.Now()
 	cases := []struct {
 		name   string
+		none   bool          // no ticket at all
 		asked  time.Duration // before now
 		cost   time.Duration // -1: not priced
 		lentAt time.Duration // before now; 0: nothing lent
 		late   bool
 	}{
-		{name: "no ticket", cost: -2},
+		{name: "no ticket", none: true},
 		{name: "not priced", asked: time.Hour, cost: -1},
 		{name: "before its due", asked: time.Second, cost: time.Minute},
 		{name: "past its due", asked: time.Minute, cost: time.Second, late: true},
@@ -65,13 +65,13 @@ func TestTicketLate(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var tk *Ticket
-			if tc.cost != -2 {
+			if !tc.none {
 				tk = NewTicket(now.Add(-tc.asked))
 				if tc.cost >= 0 {
 					tk.Need(tc.cost)
 				}
 				if tc.lentAt != 0 {
-					tk.lent.Store(now.Add(-tc.lentAt).UnixNano())
+					lends(tk, now.Add(-tc.lentAt))
 				}
 			}
 			if got := tk.Late(now); got != tc.late {
@@ -79,4 +79,11 @@ func TestTicketLate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lends makes tk lend due, as KeyedLock does while a pull due then waits
+// on a lock tk's pull holds.
+func lends(tk *Ticket, due time.Time) *Ticket {
+	tk.lent.Store(due.UnixNano())
+	return tk
 }
