@@ -37,7 +37,7 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	if err == nil {
 		a.Costs.Wrote(desc.MediaType, desc.Size, wrote)
 	}
-	log.G(ctx).WithFields(log.Fields{
+	fields := log.Fields{
 		"layer":   desc.Digest,
 		"waited":  started.Sub(asked),
 		"paused":  pacer.Paused(),
@@ -46,7 +46,14 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 		// extra: the place was one beyond the lane's limit (Extra), which
 		// says who passed whom when layers wait.
 		"extra": h != nil && h.extra,
-	}).Debug("layer unpacked in its lane")
+	}
+	if h != nil && h.queued != nil {
+		// The lane as the layer found it when it had to wait.
+		q := h.queued
+		fields["queued_running"], fields["queued_extra"] = q.running, q.extra
+		fields["queued_late"], fields["queued_lead"] = q.late, q.lead
+	}
+	log.G(ctx).WithFields(fields).Debug("layer unpacked in its lane")
 	return applied, err
 }
 

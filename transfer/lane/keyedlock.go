@@ -3,6 +3,9 @@ package lane
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/containerd/log"
 )
 
 // KeyedLock serializes work per key, such as fetching one blob or unpacking
@@ -53,6 +56,7 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 	lent := k.lend(l.holder)
 	k.mu.Unlock()
 	k.moved(lent)
+	asked := time.Now()
 
 	defer func() {
 		k.mu.Lock()
@@ -71,6 +75,10 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 		lent = k.lend(mine)
 		k.mu.Unlock()
 		k.moved(lent)
+		// A pull waits here for another pull's fetch of a blob both
+		// images hold, or its unpacking of a layer both share: time that
+		// no lane's line shows.
+		log.G(ctx).WithField("key", key).WithField("waited", time.Since(asked)).Debug("waited for another pull's lock")
 		return nil
 	case <-ctx.Done():
 		k.release(key, l)

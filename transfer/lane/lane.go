@@ -31,6 +31,19 @@ type holder struct {
 	ticket *Ticket
 	at     time.Time // the due of work without a ticket
 	extra  bool
+	queued *queued // why the work waited in line for its place; nil: it did not
+}
+
+// queued is the lane as work found it when it had to wait in line: what
+// kept it from a place at once, and from an extra one (Extra). Debug lines
+// give it, since a wait is explained by the lane at its start, not at its
+// end.
+type queued struct {
+	running, extra int // places held, and how many of them extra
+	late           bool
+	// lead is how long before the earliest-due holder the work is due
+	// (own dues); it takes an extra place only when lead > slack.
+	lead time.Duration
 }
 
 // due is when h's work is due for its own turns: whether it gives way
@@ -68,12 +81,13 @@ func Overtaking(limit int, slack time.Duration) *Lane {
 func (l *Lane) GiveWay(f *InFlight) { l.inflight = f }
 
 type waiter struct {
-	due   time.Time
-	seq   uint64
-	ready chan struct{}
-	index int     // in the heap; -1 once granted
-	owner *Ticket // the work's ticket, or nil
-	held  *holder // the place granted, in an overtaking lane; set before ready closes
+	due    time.Time
+	seq    uint64
+	ready  chan struct{}
+	index  int     // in the heap; -1 once granted
+	owner  *Ticket // the work's ticket, or nil
+	held   *holder // the place granted, in an overtaking lane; set before ready closes
+	queued *queued // nil in a lane without holders
 }
 
 // ownDue is when w's work is due by its own pull's ask and cost, not its
@@ -109,7 +123,7 @@ func (l *Lane) acquire(ctx context.Context) (*holder, error) {
 		return h, nil
 	}
 	l.seq++
-	w := &waiter{due: due, seq: l.seq, ready: make(chan struct{}), owner: t}
+	w := &waiter{due: due, seq: l.seq, ready: make(chan struct{}), owner: t, queued: l.queuedNow(t, t.OwnDueOr(now))}
 	heap.Push(&l.waiting, w)
 	l.mu.Unlock()
 
@@ -138,6 +152,22 @@ func (l *Lane) dues(yield func(time.Time) bool) {
 			return
 		}
 	}
+}
+
+// queuedNow is the lane as work due at mine finds it; nil in a lane
+// without holders. l.mu must be held.
+func (l *Lane) queuedNow(t *Ticket, mine time.Time) *queued {
+	if l.holders == nil {
+		return nil
+	}
+	q := &queued{running: l.running, extra: l.extra.Taken(), late: t.Late(time.Now())}
+	first := true
+	for d := range l.dues {
+		if lead := d.Sub(mine); first || lead < q.lead {
+			q.lead, first = lead, false
+		}
+	}
+	return q
 }
 
 // take gives work with ticket t (nil: due at due) a place, extra or not,
@@ -192,6 +222,9 @@ func (l *Lane) free(h *holder) {
 func (l *Lane) grant(extra bool) {
 	w := heap.Pop(&l.waiting).(*waiter)
 	w.held = l.take(w.owner, w.due, extra)
+	if w.held != nil {
+		w.held.queued = w.queued
+	}
 	close(w.ready)
 }
 

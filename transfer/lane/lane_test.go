@@ -219,13 +219,20 @@ func TestOvertaking(t *testing.T) {
 		holders []context.Context // fill the lane, in order
 		asker   context.Context
 		want    bool // the asker gets a place at once
+		// queued is the lane as a waiting asker found it (its debug
+		// line's queued_* fields); nil: none is kept.
+		queued *queued
 	}{
-		{"small overtakes big", Overtaking(2, time.Second), []context.Context{big, big}, small, true},
-		{"big does not overtake small", Overtaking(2, time.Second), []context.Context{small, small}, big, false},
-		{"not while a holder is due as soon", Overtaking(2, time.Second), []context.Context{big, small}, small, false},
-		{"within the slack", Overtaking(2, time.Second), []context.Context{due(0, 120<<20), due(0, 120<<20)}, due(0, 40<<20), false},
-		{"up to the limit beyond it", Overtaking(1, time.Second), []context.Context{big, small}, small, false},
-		{"a plain lane never", New(2), []context.Context{big, big}, small, false},
+		{"small overtakes big", Overtaking(2, time.Second), []context.Context{big, big}, small, true, nil},
+		{"big does not overtake small", Overtaking(2, time.Second), []context.Context{small, small}, big, false,
+			&queued{running: 2, lead: costOf(20<<20) - costOf(1700<<20) + 10*time.Millisecond}},
+		{"not while a holder is due as soon", Overtaking(2, time.Second), []context.Context{big, small}, small, false,
+			&queued{running: 2}},
+		{"within the slack", Overtaking(2, time.Second), []context.Context{due(0, 120<<20), due(0, 120<<20)}, due(0, 40<<20), false,
+			&queued{running: 2, lead: costOf(80 << 20)}},
+		{"up to the limit beyond it", Overtaking(1, time.Second), []context.Context{big, small}, small, false,
+			&queued{running: 2, extra: 1}},
+		{"a plain lane never", New(2), []context.Context{big, big}, small, false, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -256,6 +263,12 @@ func TestOvertaking(t *testing.T) {
 				releases = append(releases, r)
 			} else {
 				await.Until(t, 10*time.Second, "the asker to wait", func() bool { return tc.lane.Waiting() == 1 })
+				tc.lane.mu.Lock()
+				q := tc.lane.waiting[0].queued
+				tc.lane.mu.Unlock()
+				if (q == nil) != (tc.queued == nil) || q != nil && *q != *tc.queued {
+					t.Fatalf("the waiting asker found the lane %+v, want %+v", q, tc.queued)
+				}
 			}
 			cancel()
 			<-got
