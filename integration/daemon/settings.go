@@ -131,11 +131,12 @@ func LogLevel() string {
 // TimelineLine says whether a line of a daemon's log belongs in a
 // benchmark's timelines: Pullwise's timeline of each pull, and at debug
 // level each layer's wait for an unpack place, a large layer's early
-// write (transfer/early), and containerd's own line when it commits the
-// layer's snapshot (in parallel unpack, in order, once every layer before
-// it is in).
+// write (transfer/early), a pull's wait for another's lock on a blob or
+// layer both images hold (transfer/lane.KeyedLock), and containerd's own
+// line when it commits the layer's snapshot (in parallel unpack, in order,
+// once every layer before it is in).
 func TimelineLine(line string) bool {
-	for _, s := range []string{"image pull timeline", "layer unpacked in its lane", "layer written while it arrived", `msg="layer unpacked"`} {
+	for _, s := range []string{"image pull timeline", "layer unpacked in its lane", "layer written while it arrived", "waited for another pull's lock", `msg="layer unpacked"`} {
 		if strings.Contains(line, s) {
 			return true
 		}
