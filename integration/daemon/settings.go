@@ -132,11 +132,12 @@ func LogLevel() string {
 // benchmark's timelines: Pullwise's timeline of each pull, and at debug
 // level each layer's wait for an unpack place, a large layer's early
 // write (transfer/early), a pull's wait for another's lock on a blob or
-// layer both images hold (transfer/lane.KeyedLock), and containerd's own
+// layer both images hold (transfer/lane.KeyedLock), a slow write to the
+// metadata database (transfer/commits), and containerd's own
 // line when it commits the layer's snapshot (in parallel unpack, in order,
 // once every layer before it is in).
 func TimelineLine(line string) bool {
-	for _, s := range []string{"image pull timeline", "layer unpacked in its lane", "layer written while it arrived", "waited for another pull's lock", `msg="layer unpacked"`} {
+	for _, s := range []string{"image pull timeline", "layer unpacked in its lane", "layer written while it arrived", "waited for another pull's lock", "metadata write was slow", `msg="layer unpacked"`} {
 		if strings.Contains(line, s) {
 			return true
 		}

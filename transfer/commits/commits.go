@@ -29,6 +29,7 @@ import (
 	"github.com/containerd/containerd/v2/core/metadata/boltutil"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -96,9 +97,22 @@ func (t *Turns) do(ctx context.Context, fn func() error) error {
 	defer release()
 	turn := t.now()
 	t.turnSeconds.Observe(turn.Sub(asked).Seconds())
-	defer func() { t.writeSeconds.Observe(t.now().Sub(turn).Seconds()) }()
+	defer func() {
+		end := t.now()
+		t.writeSeconds.Observe(end.Sub(turn).Seconds())
+		if end.Sub(asked) >= slowWrite {
+			log.G(ctx).WithField("turn", turn.Sub(asked)).WithField("write", end.Sub(turn)).Debug("metadata write was slow")
+		}
+	}()
 	return fn()
 }
+
+// slowWrite is how long a pull's write may take, its turn and the write
+// together, before a debug line names the pull: a write is milliseconds
+// on an idle disk, so a second is a stall (the disk behind bolt's
+// fdatasync, or bolt's lock held by writes outside the turns) that the
+// histogram shows only summed over every pull.
+const slowWrite = time.Second
 
 // Content is a content store whose writes take their turn.
 type Content struct {

@@ -1,10 +1,12 @@
 package commits
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,8 +17,10 @@ import (
 	"github.com/containerd/containerd/v2/core/metadata/boltutil"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sirupsen/logrus"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/pullwise/pullwise/internal/await"
@@ -227,8 +231,13 @@ func TestWriteInTheCallersTransactionRunsAtOnce(t *testing.T) {
 // TestWriteSeconds: pullwise_metadata_write_seconds splits each write's
 // time into its wait for a turn and the write itself: a write that waited
 // while another held the turn for a second shows that second as its turn,
-// and the holder shows it as its write.
+// and the holder shows it as its write. Each took a second, and a debug
+// line names its pull.
 func TestWriteSeconds(t *testing.T) {
+	var logged bytes.Buffer
+	logger := logrus.New()
+	logger.SetOutput(&logged)
+	logger.SetLevel(logrus.DebugLevel)
 	var mu sync.Mutex
 	clock := time.Unix(0, 0)
 	store := &recordingImages{hold: "holder", held: make(chan struct{}), release: make(chan struct{})}
@@ -241,8 +250,9 @@ func TestWriteSeconds(t *testing.T) {
 	imgs := Images{Store: store, Turns: turns}
 	done := make(chan error, 2)
 	for _, name := range []string{"holder", "waiter"} {
+		ctx := log.WithLogger(context.Background(), logrus.NewEntry(logger).WithField("image", name))
 		go func() {
-			_, err := imgs.Create(context.Background(), images.Image{Name: name})
+			_, err := imgs.Create(ctx, images.Image{Name: name})
 			done <- err
 		}()
 		if name == "holder" {
@@ -276,5 +286,13 @@ func TestWriteSeconds(t *testing.T) {
 	}
 	if err := testutil.CollectAndCompare(turns, strings.NewReader(want.String()), "pullwise_metadata_write_seconds"); err != nil {
 		t.Error(err)
+	}
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	for _, want := range []string{"image=holder turn=0s write=1s", "image=waiter turn=1s write=0s"} {
+		if !slices.ContainsFunc(lines, func(l string) bool {
+			return strings.Contains(l, `msg="metadata write was slow"`) && strings.Contains(l, want)
+		}) {
+			t.Errorf("no slow write line with %q in\n%s", want, logged.String())
+		}
 	}
 }
