@@ -42,7 +42,8 @@ type queued struct {
 	running, extra int // places held, and how many of them extra
 	late           bool
 	// lead is how long before the earliest-due holder the work is due
-	// (own dues); it takes an extra place only when lead > slack.
+	// (own dues); unless late, it takes an extra place only when lead >
+	// slack.
 	lead time.Duration
 }
 
