@@ -101,7 +101,7 @@ func (t *Turns) do(ctx context.Context, fn func() error) error {
 		end := t.now()
 		t.writeSeconds.Observe(end.Sub(turn).Seconds())
 		if end.Sub(asked) >= slowWrite {
-			log.G(ctx).WithField("turn", turn.Sub(asked)).WithField("write", end.Sub(turn)).Debug("metadata write was slow")
+			log.G(ctx).WithFields(log.Fields{"turn": turn.Sub(asked), "write": end.Sub(turn)}).Debug("metadata write was slow")
 		}
 	}()
 	return fn()

@@ -124,7 +124,7 @@ func (l *Lane) acquire(ctx context.Context) (*holder, error) {
 		return h, nil
 	}
 	l.seq++
-	w := &waiter{due: due, seq: l.seq, ready: make(chan struct{}), owner: t, queued: l.queuedNow(t, t.OwnDueOr(now))}
+	w := &waiter{due: due, seq: l.seq, ready: make(chan struct{}), owner: t, queued: l.queuedNow(t, now)}
 	heap.Push(&l.waiting, w)
 	l.mu.Unlock()
 
@@ -155,13 +155,14 @@ func (l *Lane) dues(yield func(time.Time) bool) {
 	}
 }
 
-// queuedNow is the lane as work due at mine finds it; nil in a lane
-// without holders. l.mu must be held.
-func (l *Lane) queuedNow(t *Ticket, mine time.Time) *queued {
+// queuedNow is the lane as work with ticket t finds it at now; nil in a
+// lane without holders. l.mu must be held.
+func (l *Lane) queuedNow(t *Ticket, now time.Time) *queued {
 	if l.holders == nil {
 		return nil
 	}
-	q := &queued{running: l.running, extra: l.extra.Taken(), late: t.Late(time.Now())}
+	mine := t.OwnDueOr(now)
+	q := &queued{running: l.running, extra: l.extra.Taken(), late: t.Late(now)}
 	first := true
 	for d := range l.dues {
 		if lead := d.Sub(mine); first || lead < q.lead {
