@@ -58,6 +58,9 @@ type corpusRun struct {
 	cpu         time.Duration
 	peakRSS     int64
 	faults      int64
+	// stall is how long some task on the node waited for a CPU and for
+	// the disk over the cold start, whoever's task it was.
+	stall daemon.Stall
 	// written is how long Pullwise's write turns were held in the cold
 	// run (transfer/commits): the pulls' writes to the metadata database
 	// go one at a time, so the pulls took at least that long.
@@ -150,6 +153,7 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 					syscall.Sync()
 					// Containerd's CPU, memory and profiles: of the cold run.
 					var used0 daemon.Usage
+					var stall0 daemon.Stall
 					var written0 time.Duration
 					if !prePull {
 						// Scraped outside the CPU counted for the run.
@@ -158,11 +162,13 @@ func benchKubeletCorpus(b *testing.B, scenarioName string, scenario func(corpus.
 						}
 						n.d.ResetPeakRSS(b)
 						used0 = n.d.Usage(b)
+						stall0 = daemon.NodeStall(b)
 						defer n.d.ProfileAsked(b, fmt.Sprintf("%s.%s.%s.%d", scenarioName, name, prof.Name, burst))()
 					}
 					starts := startPods(b, n, refs)
 					if !prePull {
 						used := n.d.Usage(b)
+						run.stall = daemon.NodeStall(b).Sub(stall0)
 						run.cpu, run.faults = used.CPU-used0.CPU, used.PageFaults-used0.PageFaults
 						run.peakRSS = n.d.PeakRSS(b)
 						if name == "pullwise" {
@@ -234,6 +240,7 @@ func logCorpusRun(b *testing.B, who string, run *corpusRun, bigFirst bool) {
 			run.cold[0].Seconds(), run.floor[0].Seconds(), sorted(run.cold[1:]).median().Seconds(), sorted(run.floor[1:]).median().Seconds())
 	}
 	daemon.Verbosef(b, "%s: pods Running after %v, by pod; floor %v", who, run.cold, run.floor)
+	daemon.Verbosef(b, "%s: some task on the node waited %v for a CPU, %v for the disk", who, run.stall.CPU.Round(time.Millisecond), run.stall.IO.Round(time.Millisecond))
 }
 
 // reportCorpusRatios reports Pullwise's figures over stock's as
@@ -273,6 +280,8 @@ func reportCorpusRatios(b *testing.B, runs map[string]*corpusRun, bigFirst bool)
 		b.ReportMetric(r.cpu.Seconds(), who+"-daemon-cpu-s")
 		b.ReportMetric(float64(r.peakRSS)/(1<<20), who+"-peak-rss-MiB")
 		b.ReportMetric(float64(r.faults), who+"-page-faults")
+		b.ReportMetric(r.stall.CPU.Seconds(), who+"-cpu-stall-s")
+		b.ReportMetric(r.stall.IO.Seconds(), who+"-io-stall-s")
 	}
 	// The write floor against Pullwise's last pod: how much of the burst
 	// its pulls' writes alone took.
