@@ -465,7 +465,11 @@ func TestGateRedirectedBlobs(t *testing.T) {
 	}
 
 	log := e.d.Log()
+	waited := 0
 	for _, img := range imgs {
+		if timelineHas(log, img.Ref, "waited_download=") {
+			waited++
+		}
 		blobs := blobHosts(t, e.imageLabels("k8s.io", img.Ref)[blobSourceLabel])
 		want := img.LayerBytes() + img.ConfigSize
 		if got := blobs[e.upstream.Host()]; len(blobs) != 1 || got.Blobs != len(img.Layers)+1 || got.Bytes != want {
@@ -477,6 +481,10 @@ func TestGateRedirectedBlobs(t *testing.T) {
 		if !timelineHas(log, img.Ref, "cost=") {
 			t.Errorf("%s: no cost= in its pull timeline: the pull was never priced", img.Ref)
 		}
+	}
+	// Two pulls at once with one download place: one waits for it.
+	if waited == 0 {
+		t.Error("no pull timeline has waited_download=, though two pulls at a time shared one download place")
 	}
 }
 

@@ -110,6 +110,10 @@ func (p *pull) logTimeline(ctx context.Context, ticket *lane.Ticket) {
 	if n := p.lazyLayers.Load(); n > 0 {
 		f["lazy_layers"] = n
 	}
+	// What its work waited for while other pulls' went on, summed.
+	for name, d := range ticket.Waits {
+		f[name] = d
+	}
 	log.G(ctx).WithFields(f).Info("image pull timeline")
 }
 

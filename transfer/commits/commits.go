@@ -97,6 +97,7 @@ func (t *Turns) do(ctx context.Context, fn func() error) error {
 	defer release()
 	turn := t.now()
 	t.turnSeconds.Observe(turn.Sub(asked).Seconds())
+	lane.TicketOf(ctx).Waited(lane.WaitWrite, turn.Sub(asked))
 	defer func() {
 		end := t.now()
 		t.writeSeconds.Observe(end.Sub(turn).Seconds())

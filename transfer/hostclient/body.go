@@ -27,6 +27,7 @@ type body struct {
 	flow     *lane.Flow     // the body on the node's link, with download; or nil
 	places   *lane.Lane     // where download is taken again after a pause
 	paused   bool           // yielding the link; only the reader reads it
+	pausedAt time.Time      // when it paused, for its pull's waits (lane.WaitLink)
 	eof      func()         // called at the end of a complete body, or nil
 	failed   func(error)    // reports a body failure
 	once     sync.Once
@@ -127,7 +128,7 @@ func (b *body) yield() error {
 			return nil
 		}
 		b.download.give()
-		b.paused = true
+		b.paused, b.pausedAt = true, time.Now()
 	}
 	// One deadline for both waits below, so that the trickle comes every
 	// trickleEvery however the pause is spent between them.
@@ -150,6 +151,7 @@ func (b *body) yield() error {
 	}
 	b.download.retake(release)
 	b.paused = false
+	lane.TicketOf(b.ctx).Waited(lane.WaitLink, time.Since(b.pausedAt))
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/pullwise/pullwise/transfer/health"
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 // transport is the client transport of one registry host in one pull.
@@ -124,7 +125,9 @@ func (t *transport) turn(r request) (*place, func(health.Outcome, time.Duration)
 	for asked := time.Now(); ; {
 		var download *place
 		if t.needsPlace(r) {
+			ticket, start := lane.TicketOf(r.Context()), time.Now()
 			release, err := t.node.Downloads.Acquire(r.Context())
+			ticket.Waited(lane.WaitDownload, time.Since(start))
 			if err != nil {
 				return nil, nil, err
 			}
@@ -133,7 +136,10 @@ func (t *transport) turn(r request) (*place, func(health.Outcome, time.Duration)
 			// sent to wait (lane.Link.Unasked).
 			if next := t.node.Link.Unasked(r.Context(), t.node.Downloads); next != nil && next.Behind() {
 				download.give()
-				if err := next.Wait(r.Context()); err != nil {
+				start := time.Now()
+				err := next.Wait(r.Context())
+				ticket.Waited(lane.WaitLink, time.Since(start))
+				if err != nil {
 					return nil, nil, err
 				}
 				continue

@@ -34,6 +34,9 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	ctx, pacer := withPacer(ctx, a.Lane, h)
 	applied, err := a.Applier.Apply(ctx, desc, mounts, opts...)
 	wrote := time.Since(started) - pacer.Paused() - starvedOf(ctx)
+	t := TicketOf(ctx)
+	t.Waited(WaitUnpack, started.Sub(asked))
+	t.Waited(WaitPace, pacer.Paused())
 	if err == nil {
 		a.Costs.Wrote(desc.MediaType, desc.Size, wrote)
 	}

@@ -88,6 +88,8 @@ func (f *InFlight) Yield(ctx context.Context) error {
 	if f == nil || t == nil || !f.Ahead(t, t.Due()) {
 		return nil
 	}
+	start := time.Now()
 	_, err := waitWhile(ctx, func() bool { return f.Ahead(t, t.Due()) }, nil)
+	t.Waited(WaitEarly, time.Since(start))
 	return err
 }

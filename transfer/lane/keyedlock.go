@@ -78,7 +78,9 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 		// A pull waits here for another pull's fetch of a blob both
 		// images hold, or its unpacking of a layer both share: time that
 		// no lane's line shows.
-		log.G(ctx).WithFields(log.Fields{"key": key, "waited": time.Since(asked)}).Debug("waited for another pull's lock")
+		waited := time.Since(asked)
+		mine.Waited(WaitLock, waited)
+		log.G(ctx).WithFields(log.Fields{"key": key, "waited": waited}).Debug("waited for another pull's lock")
 		return nil
 	case <-ctx.Done():
 		k.release(key, l)

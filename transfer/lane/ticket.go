@@ -29,6 +29,9 @@ type Ticket struct {
 	// lent is the due of the earliest pull waiting on a lock this pull
 	// holds (KeyedLock), UnixNano; 0: none.
 	lent atomic.Int64
+	// waits are the pull's work's waits for others' so far, by kind
+	// (Waited).
+	waits [waitKinds]atomic.Int64
 }
 
 // NewTicket returns the ticket of a pull asked for at asked.
