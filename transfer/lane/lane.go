@@ -210,19 +210,40 @@ func (l *Lane) free(h *holder) {
 		}
 	}
 	for l.waiting.Len() > 0 && (l.limit == 0 || l.running < l.limit) {
-		l.grant(false)
+		l.grant(heap.Pop(&l.waiting).(*waiter), false)
 	}
-	// An extra place given back goes to the first in line if it may take
+	// An extra place given back goes to the first in line that may take
 	// one: otherwise work that found the extra places taken would wait
-	// for a holder it was due well before, or after its own due.
-	for l.waiting.Len() > 0 && l.extra.May(l.waiting[0].owner, l.waiting[0].ownDue(), l.dues) {
-		l.grant(true)
+	// for a holder it was due well before, or after its own due. Not only
+	// to the first in line: the line is ordered by dues a lock lends
+	// (Lend), extra places by own dues, so work that may not take one (a
+	// lender's layer, or work without a ticket) can be first in line while
+	// a late pull behind it may, and would wait while newcomers took the
+	// place.
+	for {
+		w := l.firstMayExtra()
+		if w == nil {
+			break
+		}
+		heap.Remove(&l.waiting, w.index)
+		l.grant(w, true)
 	}
 }
 
-// grant gives the first in line a place. l.mu must be held.
-func (l *Lane) grant(extra bool) {
-	w := heap.Pop(&l.waiting).(*waiter)
+// firstMayExtra is the first in line that may take an extra place, or
+// nil. l.mu must be held.
+func (l *Lane) firstMayExtra() *waiter {
+	var first *waiter
+	for _, w := range l.waiting {
+		if (first == nil || w.before(first)) && l.extra.May(w.owner, w.ownDue(), l.dues) {
+			first = w
+		}
+	}
+	return first
+}
+
+// grant gives w, taken out of line, a place. l.mu must be held.
+func (l *Lane) grant(w *waiter, extra bool) {
 	w.held = l.take(w.owner, w.due, extra)
 	if w.held != nil {
 		w.held.queued = w.queued
@@ -266,12 +287,16 @@ func (l *Lane) Waiting() int {
 // queue is a heap of waiters, earliest due first.
 type queue []*waiter
 
-func (q queue) Len() int { return len(q) }
-func (q queue) Less(i, j int) bool {
-	if !q[i].due.Equal(q[j].due) {
-		return q[i].due.Before(q[j].due)
+func (q queue) Len() int           { return len(q) }
+func (q queue) Less(i, j int) bool { return q[i].before(q[j]) }
+
+// before reports whether w is served before o: earlier due, or as due
+// and in line first.
+func (w *waiter) before(o *waiter) bool {
+	if !w.due.Equal(o.due) {
+		return w.due.Before(o.due)
 	}
-	return q[i].seq < q[j].seq
+	return w.seq < o.seq
 }
 func (q queue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]

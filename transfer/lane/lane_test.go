@@ -344,3 +344,56 @@ func TestLate(t *testing.T) {
 		t.Fatalf("places left: running %d, extra %d", l.running, l.extra.Taken())
 	}
 }
+
+// TestExtraPastTheFirstInLine: a large pull's layer is first in line by a
+// due its pull lends (KeyedLock) and may not take an extra place, since
+// its own due is the large pull's. An extra place given back goes to the
+// small pull's layer behind it, which may, rather than staying free until
+// a place within the limit comes back.
+func TestExtraPastTheFirstInLine(t *testing.T) {
+	now := time.Now()
+	ticket := func(cost time.Duration) *Ticket {
+		tk := NewTicket(now)
+		tk.Need(cost)
+		return tk
+	}
+	big, small := ticket(time.Hour), ticket(time.Second)
+	lender := lends(ticket(time.Hour), now) // first in line, due as the big pull by its own
+	l := Overtaking(1, time.Second)
+	held, err := l.Acquire(WithTicket(context.Background(), big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := l.Acquire(WithTicket(context.Background(), small))
+	if err != nil {
+		t.Fatalf("the small pull's first layer: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lenderGot, smallGot := make(chan error, 1), make(chan error, 1)
+	for _, w := range []struct {
+		t   *Ticket
+		got chan error
+	}{{lender, lenderGot}, {small, smallGot}} {
+		go func() {
+			release, err := l.Acquire(WithTicket(ctx, w.t))
+			if err == nil {
+				release()
+			}
+			w.got <- err
+		}()
+	}
+	await.Until(t, 10*time.Second, "both layers to wait in line", func() bool { return l.Waiting() == 2 })
+	extra()
+	if err := <-smallGot; err != nil {
+		t.Fatalf("the small pull's layer behind the lender's did not take the extra place given back: %v", err)
+	}
+	if n := l.Waiting(); n != 1 {
+		t.Fatalf("%d waiting, want the lender's layer", n)
+	}
+	held()
+	if err := <-lenderGot; err != nil {
+		t.Fatal(err)
+	}
+}
