@@ -348,52 +348,67 @@ func TestLate(t *testing.T) {
 // TestExtraPastTheFirstInLine: a large pull's layer is first in line by a
 // due its pull lends (KeyedLock) and may not take an extra place, since
 // its own due is the large pull's. An extra place given back goes to the
-// small pull's layer behind it, which may, rather than staying free until
-// a place within the limit comes back.
+// work behind it that may take one, rather than staying free until a
+// place within the limit comes back, or going to newcomers: a small pull
+// due well before the holders, or a pull past its due (under kubelet, two
+// small pulls found the extra places taken and waited 10 s in line,
+// late, behind a large image's layers).
 func TestExtraPastTheFirstInLine(t *testing.T) {
 	now := time.Now()
-	ticket := func(cost time.Duration) *Ticket {
-		tk := NewTicket(now)
+	ticket := func(asked time.Time, cost time.Duration) *Ticket {
+		tk := NewTicket(asked)
 		tk.Need(cost)
 		return tk
 	}
-	big, small := ticket(time.Hour), ticket(time.Second)
-	lender := lends(ticket(time.Hour), now) // first in line, due as the big pull by its own
-	l := Overtaking(1, time.Second)
-	held, err := l.Acquire(WithTicket(context.Background(), big))
-	if err != nil {
-		t.Fatal(err)
-	}
-	extra, err := l.Acquire(WithTicket(context.Background(), small))
-	if err != nil {
-		t.Fatalf("the small pull's first layer: %v", err)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	lenderGot, smallGot := make(chan error, 1), make(chan error, 1)
-	for _, w := range []struct {
-		t   *Ticket
-		got chan error
-	}{{lender, lenderGot}, {small, smallGot}} {
-		go func() {
-			release, err := l.Acquire(WithTicket(ctx, w.t))
-			if err == nil {
-				release()
+	for _, tc := range []struct {
+		name   string
+		behind *Ticket
+	}{
+		{"ahead of the holders", ticket(now, time.Second)},
+		{"late", ticket(now.Add(-2*time.Hour), time.Hour)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			big, small := ticket(now, time.Hour), ticket(now, time.Second)
+			lender := lends(ticket(now, time.Hour), now.Add(-3*time.Hour)) // first in line, due as a large pull by its own
+			l := Overtaking(1, time.Second)
+			held, err := l.Acquire(WithTicket(context.Background(), big))
+			if err != nil {
+				t.Fatal(err)
 			}
-			w.got <- err
-		}()
-	}
-	await.Until(t, 10*time.Second, "both layers to wait in line", func() bool { return l.Waiting() == 2 })
-	extra()
-	if err := <-smallGot; err != nil {
-		t.Fatalf("the small pull's layer behind the lender's did not take the extra place given back: %v", err)
-	}
-	if n := l.Waiting(); n != 1 {
-		t.Fatalf("%d waiting, want the lender's layer", n)
-	}
-	held()
-	if err := <-lenderGot; err != nil {
-		t.Fatal(err)
+			extra, err := l.Acquire(WithTicket(context.Background(), small))
+			if err != nil {
+				t.Fatalf("the small pull's first layer: %v", err)
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			lenderGot, behindGot := make(chan error, 1), make(chan error, 1)
+			for _, w := range []struct {
+				t   *Ticket
+				got chan error
+			}{{lender, lenderGot}, {tc.behind, behindGot}} {
+				n := l.Waiting()
+				go func() {
+					release, err := l.Acquire(WithTicket(ctx, w.t))
+					if err == nil {
+						release()
+					}
+					w.got <- err
+				}()
+				// The lender in line first, as under kubelet.
+				await.Until(t, 10*time.Second, "the layer to wait in line", func() bool { return l.Waiting() == n+1 })
+			}
+			extra()
+			if err := <-behindGot; err != nil {
+				t.Fatalf("the layer behind the lender's did not take the extra place given back: %v", err)
+			}
+			if n := l.Waiting(); n != 1 {
+				t.Fatalf("%d waiting, want the lender's layer", n)
+			}
+			held()
+			if err := <-lenderGot; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
