@@ -40,6 +40,11 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	if err == nil {
 		a.Costs.Wrote(desc.MediaType, desc.Size, wrote)
 	}
+	logger := log.G(ctx)
+	if !logger.Logger.IsLevelEnabled(log.DebugLevel) {
+		// Its fields would be built for every layer only to be dropped.
+		return applied, err
+	}
 	fields := log.Fields{
 		"layer":   desc.Digest,
 		"waited":  started.Sub(asked),
@@ -56,7 +61,7 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 		fields["queued_running"], fields["queued_extra"] = q.running, q.extra
 		fields["queued_late"], fields["queued_lead"] = q.late, q.lead
 	}
-	log.G(ctx).WithFields(fields).Debug("layer unpacked in its lane")
+	logger.WithFields(fields).Debug("layer unpacked in its lane")
 	return applied, err
 }
 
