@@ -96,13 +96,14 @@ func (t *Turns) do(ctx context.Context, fn func() error) error {
 	}
 	defer release()
 	turn := t.now()
-	t.turnSeconds.Observe(turn.Sub(asked).Seconds())
-	lane.TicketOf(ctx).Waited(lane.WaitWrite, turn.Sub(asked))
+	waited := turn.Sub(asked)
+	t.turnSeconds.Observe(waited.Seconds())
+	lane.TicketOf(ctx).Waited(lane.WaitWrite, waited)
 	defer func() {
-		end := t.now()
-		t.writeSeconds.Observe(end.Sub(turn).Seconds())
-		if end.Sub(asked) >= slowWrite {
-			log.G(ctx).WithFields(log.Fields{"turn": turn.Sub(asked), "write": end.Sub(turn)}).Debug("metadata write was slow")
+		wrote := t.now().Sub(turn)
+		t.writeSeconds.Observe(wrote.Seconds())
+		if waited+wrote >= slowWrite {
+			log.G(ctx).WithFields(log.Fields{"turn": waited, "write": wrote}).Debug("metadata write was slow")
 		}
 	}()
 	return fn()

@@ -33,10 +33,11 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	started := time.Now()
 	ctx, pacer := withPacer(ctx, a.Lane, h)
 	applied, err := a.Applier.Apply(ctx, desc, mounts, opts...)
-	wrote := time.Since(started) - pacer.Paused() - starvedOf(ctx)
+	waited, paused, starved := started.Sub(asked), pacer.Paused(), starvedOf(ctx)
+	wrote := time.Since(started) - paused - starved
 	t := TicketOf(ctx)
-	t.Waited(WaitUnpack, started.Sub(asked))
-	t.Waited(WaitPace, pacer.Paused())
+	t.Waited(WaitUnpack, waited)
+	t.Waited(WaitPace, paused)
 	if err == nil {
 		a.Costs.Wrote(desc.MediaType, desc.Size, wrote)
 	}
@@ -47,9 +48,9 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 	}
 	fields := log.Fields{
 		"layer":   desc.Digest,
-		"waited":  started.Sub(asked),
-		"paused":  pacer.Paused(),
-		"starved": starvedOf(ctx),
+		"waited":  waited,
+		"paused":  paused,
+		"starved": starved,
 		"wrote":   wrote,
 		// extra: the place was one beyond the lane's limit (Extra), which
 		// says who passed whom when layers wait.
