@@ -31,7 +31,8 @@ type unpacking struct {
 	// parallel: containerd applies the layers of an image at once
 	// (parallelUnpack).
 	parallel bool
-	// chains are the unpacker's locks on chain IDs, shared by every pull.
+	// chains are the unpacker's locks on blobs and chain IDs, shared by
+	// every pull.
 	chains *lane.KeyedLock
 	// costs are what layers cost to write here, learned as they are.
 	costs *lane.Costs
@@ -71,9 +72,11 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 		u.link = lane.NewLink(lane.Slack)
 		u.link.GiveWay(u.inflight)
 	}
-	// A pull holding a chain lock that an earlier pull waits on lends
-	// that pull's due to its layers waiting in the lane.
-	u.chains = lane.NewKeyedLock(unpacks)
+	// A pull holding a lock on a blob or chain ID that an earlier pull
+	// waits on lends that pull's due to its layers waiting in the lane
+	// and its writes waiting for their turn: the blob's commit, the
+	// snapshot's, are made under the lock.
+	u.chains = lane.NewKeyedLock(unpacks, turns)
 	// Only the layers containerd unpacks in parallel are read through
 	// Pullwise's own applier (transfer/implied), which can read a blob as
 	// it arrives.

@@ -109,6 +109,16 @@ func (t *Turns) do(ctx context.Context, fn func() error) error {
 	return fn()
 }
 
+// Lend moves the writes of a pull waiting for their turn up to its Due
+// (lane.KeyedLock): a pull holding the lock on a blob or layer that an
+// earlier pull waits on commits it in a write turn, and that commit must
+// not wait behind pulls due after the waiter. A nil Turns has no line.
+func (t *Turns) Lend(tk *lane.Ticket) {
+	if t != nil {
+		t.lane.Lend(tk)
+	}
+}
+
 // slowWrite is how long a pull's write may take, its turn and the write
 // together, before a debug line names the pull: a write is milliseconds
 // on an idle disk, so a second is a stall (the disk behind bolt's

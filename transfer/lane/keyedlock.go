@@ -15,8 +15,15 @@ import (
 type KeyedLock struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock
-	// lanes learn when a holder's due moves (Lend).
-	lanes []*Lane
+	// lines learn when a holder's due moves (Lend).
+	lines []Lender
+}
+
+// A Lender is a line that work waits in for a place (a Lane, or one it
+// wraps, such as transfer/commits' write turns): Lend moves t's work
+// waiting there up to t's Due.
+type Lender interface {
+	Lend(t *Ticket)
 }
 
 type keyLock struct {
@@ -27,9 +34,11 @@ type keyLock struct {
 }
 
 // NewKeyedLock returns an empty KeyedLock whose holders lend their
-// waiters' dues (Ticket.Due) to their work in lanes.
-func NewKeyedLock(lanes ...*Lane) *KeyedLock {
-	return &KeyedLock{locks: make(map[string]*keyLock), lanes: lanes}
+// waiters' dues (Ticket.Due) to their work waiting in lines: every line
+// the holder's work under the lock may wait in, or the waiter waits
+// behind work due after it there.
+func NewKeyedLock(lines ...Lender) *KeyedLock {
+	return &KeyedLock{locks: make(map[string]*keyLock), lines: lines}
 }
 
 // Lock takes the lock for key, or returns ctx.Err() if ctx ends first.
@@ -112,12 +121,12 @@ func (k *KeyedLock) lend(t *Ticket) *Ticket {
 	return nil
 }
 
-// moved tells the lanes that t is due earlier.
+// moved tells the lines that t is due earlier.
 func (k *KeyedLock) moved(t *Ticket) {
 	if t == nil {
 		return
 	}
-	for _, l := range k.lanes {
+	for _, l := range k.lines {
 		l.Lend(t)
 	}
 }
