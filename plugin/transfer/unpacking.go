@@ -133,7 +133,9 @@ func (u *unpacking) serviceConfig(c *config) transfer.Config {
 // use every CPU, and downloads running ahead of it would take them. One
 // layer at a time, an image cannot, and a slot kept would only idle the
 // link, so there every pull gives its slot back when fetched
-// (docs/benchmarks-history.md has the rounds that chose this).
+// (docs/benchmarks-history.md has the rounds that chose this, and one
+// where a budget of cost in its place, a second's writing per unpack
+// place, bought nothing an A/B could tell from the noise).
 const earlyUnpacks = 1
 
 // log says at start what the node does: Pullwise's defaults differ from

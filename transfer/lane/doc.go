@@ -56,15 +56,19 @@
 //     at most about its own cost, then runs beside them, so the largest
 //     image of a burst is not left to start after everything else.
 //   - lend: a pull holding a lock that an earlier-due pull waits on (the
-//     chain lock of a layer both images share, KeyedLock) is due as early
-//     as that pull while it holds it, so the waiter is not held up behind
-//     work due before the holder (priority inheritance). A lent due is
-//     for the holder's own turns only: its work waiting for a place moves
-//     up in line, and its layers and bodies do not give way. Everything
-//     else goes by own dues (Ticket.OwnDue): lateness, extra places, and
-//     whom other work gives way to or passes. A lent due is the whole
-//     pull's: counted there, every layer of a large image could take an
-//     extra place, or not be passed, while the small pulls waited.
+//     lock on a blob or a layer's chain that both images share,
+//     KeyedLock) is due as early as that pull while it holds it, so the
+//     waiter is not held up behind work due before the holder (priority
+//     inheritance). A lent due is for the holder's own turns only: its
+//     work waiting in the lines it does under the lock (unpack places,
+//     write turns) moves up, and its layers and bodies do not give way.
+//     Download places are not told, untried: the lend, the whole pull's,
+//     would move every blob of a large image ahead of small pulls' own.
+//     Everything else goes by own dues (Ticket.OwnDue): lateness, extra
+//     places, and whom other work gives way to or passes. A lent due is
+//     the whole pull's: counted there, every layer of a large image could
+//     take an extra place, or not be passed, while the small pulls
+//     waited.
 //
 // A priority queue is written here because no semaphore in the standard
 // library or golang.org/x/sync orders its waiters by anything but arrival.
