@@ -34,9 +34,9 @@ type keyLock struct {
 }
 
 // NewKeyedLock returns an empty KeyedLock whose holders lend their
-// waiters' dues (Ticket.Due) to their work waiting in lines: every line
-// the holder's work under the lock may wait in, or the waiter waits
-// behind work due after it there.
+// waiters' dues (Ticket.Due) to their work waiting in lines: those that
+// the work done under a lock waits in, or the waiter waits there behind
+// work due after it.
 func NewKeyedLock(lines ...Lender) *KeyedLock {
 	return &KeyedLock{locks: make(map[string]*keyLock), lines: lines}
 }
