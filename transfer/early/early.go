@@ -4,8 +4,8 @@
 // containerd's unpacker applies a layer once its download is done (each
 // layer of core/unpack waits for its own fetch), so on a link slower
 // than the disk an image's largest layer is written on one CPU after the
-// last byte of the burst: Giant on the WAN ended 5.8 s after it
-// (docs/benchmarks-history.md). Here a pull fetches such a layer itself,
+// last byte of the burst, and the image is done seconds after its bytes
+// (docs/benchmarks-history.md has the runs). Here a pull fetches such a layer itself,
 // in the background, and lets the unpacker go on to apply it at once
 // (Node.Handler). The applier reads the bytes as they arrive, from a
 // spool file the download writes beside the content store's ingest
