@@ -552,15 +552,18 @@ func TestSmallPullOvertakesLarge(t *testing.T) {
 			e := newEnv(t, envOptions{extraConfig: gateConfig(2, "0s"), transfer: "max_concurrent_downloads = 1\n"})
 			large := e.push("order/large", "v1", registry.Image{Layers: []int64{16 << 20, 16 << 20, 16 << 20}, Seed: 630})
 			small := e.push("order/small", "v1", registry.Image{Layers: []int64{256 << 10}, Seed: 631})
-			// Half a second per large layer: the small pull is asked for while
-			// the first one is on the wire. Each of the small pull's manifest
+			// A second per large layer: the small pull is asked for while
+			// the first one is on the wire, and has most of it to ask for its
+			// own layer, even on a loaded machine (at half a second, CI's
+			// parallel tests once left the small pull's layer behind the
+			// large one's second). Each of the small pull's manifest
 			// requests takes a tenth of a second, so that it is in flight a
 			// while before it asks for its layer, as a pull from a registry
 			// further away would be.
 			e.upstream.SetFault(func(r registry.Request) *registry.Fault {
 				switch {
 				case r.Kind == registry.KindBlob:
-					return &registry.Fault{BytesPerSecond: 32 << 20}
+					return &registry.Fault{BytesPerSecond: 16 << 20}
 				case r.Kind == registry.KindManifest && r.Repo == "order/small":
 					return &registry.Fault{Delay: 100 * time.Millisecond}
 				}
