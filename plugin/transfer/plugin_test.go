@@ -6,10 +6,13 @@ import (
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/diff"
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/core/unpack"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/pullwise/pullwise/internal/lendtest"
+	"github.com/pullwise/pullwise/transfer/commits"
 	"github.com/pullwise/pullwise/transfer/gunzip"
 )
 
@@ -81,5 +84,21 @@ func TestEveryPlatformTellsLayersTheirBlobSize(t *testing.T) {
 	}
 	if len(shared) != 1 || shared[:2][1] != nil {
 		t.Error("a platform's apply options were appended into a slice the configured platforms share")
+	}
+}
+
+// TestUnpackerLocksLend: the unpacker's locks on blobs and chain IDs (its
+// duplication suppressor) lend a waiting pull's due to the holder's work
+// in the lines that work done under them waits in: its layers waiting for
+// a place to be written in, and its writes (a blob's commit, a
+// snapshot's) waiting for their turn.
+func TestUnpackerLocksLend(t *testing.T) {
+	turns := commits.New()
+	u := newUnpacking(defaultConfig(), nil, turns, []unpack.Platform{{SnapshotterKey: "overlayfs"}}, nil)
+	for name, line := range map[string]lendtest.Line{
+		"unpack places": lendtest.Lane(u.unpacks, u.layersAtOnce),
+		"write turns":   lendtest.Images(func(s images.Store) images.Store { return commits.Images{Store: s, Turns: turns} }, turns.Waiting),
+	} {
+		t.Run(name, func(t *testing.T) { lendtest.HolderGoesFirst(t, u.chains, line, false) })
 	}
 }

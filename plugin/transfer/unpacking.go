@@ -31,6 +31,9 @@ type unpacking struct {
 	// parallel: containerd applies the layers of an image at once
 	// (parallelUnpack).
 	parallel bool
+	// unpacks are the places to write layers in, shared by every
+	// platform's applier.
+	unpacks *lane.Lane
 	// chains are the unpacker's locks on blobs and chain IDs, shared by
 	// every pull.
 	chains *lane.KeyedLock
@@ -60,13 +63,13 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 		ratio:        &space.Ratio{},
 		loaded:       loaded,
 	}
-	unpacks := lane.New(u.layersAtOnce)
+	u.unpacks = lane.New(u.layersAtOnce)
 	if c.SmallPullsFirst {
-		unpacks = lane.Overtaking(u.layersAtOnce, lane.Slack)
+		u.unpacks = lane.Overtaking(u.layersAtOnce, lane.Slack)
 		var cpu *lane.Pressure
 		cpu, u.noPressure = lane.NewPressure("/proc/pressure/cpu")
 		u.inflight = lane.NewInFlight(cpu, lane.Slack)
-		unpacks.GiveWay(u.inflight)
+		u.unpacks.GiveWay(u.inflight)
 	}
 	if c.LinkPriority {
 		u.link = lane.NewLink(lane.Slack)
@@ -76,7 +79,7 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 	// waits on lends that pull's due to its layers waiting in the lane
 	// and its writes waiting for their turn: the blob's commit, the
 	// snapshot's, are made under the lock.
-	u.chains = lane.NewKeyedLock(unpacks, turns)
+	u.chains = lane.NewKeyedLock(u.unpacks, turns)
 	// Only the layers containerd unpacks in parallel are read through
 	// Pullwise's own applier (transfer/implied), which can read a blob as
 	// it arrives.
@@ -101,7 +104,7 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 		up.ApplyOpts = append(slices.Clip(up.ApplyOpts), gunzip.WithBlobSize())
 		// CRI's apply options (image_pull_with_sync_fs, decryption) reach
 		// its pulls' layers through the context (transfer/applyopts).
-		up.Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: u.ratio}}, Lane: unpacks, Costs: u.costs}
+		up.Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: u.ratio}}, Lane: u.unpacks, Costs: u.costs}
 		if u.early != nil {
 			up.Applier = early.Applier{Applier: up.Applier, Node: u.early, Reads: implied.Reads}
 		}

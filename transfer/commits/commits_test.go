@@ -24,6 +24,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/pullwise/pullwise/internal/await"
+	"github.com/pullwise/pullwise/internal/lendtest"
 	"github.com/pullwise/pullwise/transfer/lane"
 )
 
@@ -303,46 +304,7 @@ func TestWriteSeconds(t *testing.T) {
 // pull due between the two, or the waiter waits behind that pull's
 // writes.
 func TestLockHolderWritesMoveUp(t *testing.T) {
-	now := time.Now()
-	store := &recordingImages{hold: "first", held: make(chan struct{}), release: make(chan struct{})}
 	turns := New()
-	imgs := Images{Store: store, Turns: turns}
-	locks := lane.NewKeyedLock(turns)
-
-	holderCtx, waiterCtx := pullCtx(context.Background(), now, time.Hour), pullCtx(context.Background(), now, time.Minute)
-	holder, waiter := lane.TicketOf(holderCtx), lane.TicketOf(waiterCtx)
-	if err := locks.Lock(holderCtx, "blob"); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	write := func(ctx context.Context, name string) {
-		wg.Go(func() {
-			if _, err := imgs.Update(ctx, images.Image{Name: name}); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	write(context.Background(), "first")
-	<-store.held
-	for i, w := range []struct {
-		ctx  context.Context
-		name string
-	}{{pullCtx(context.Background(), now, 30*time.Minute), "between"}, {holderCtx, "holder"}} {
-		write(w.ctx, w.name)
-		await.Until(t, 10*time.Second, w.name+"'s write to wait for its turn", func() bool { return turns.lane.Waiting() == i+1 })
-	}
-
-	locked := make(chan error, 1)
-	go func() { locked <- locks.Lock(waiterCtx, "blob") }()
-	await.Until(t, 10*time.Second, "the holder to be due with the waiter", func() bool { return holder.Due().Equal(waiter.Due()) })
-	close(store.release)
-	wg.Wait()
-	locks.Unlock("blob")
-	if err := <-locked; err != nil {
-		t.Fatal(err)
-	}
-	locks.Unlock("blob")
-	if want := []string{"first", "holder", "between"}; !slices.Equal(store.order, want) {
-		t.Fatalf("writes %v, want %v: the lock holder's write goes first while an earlier pull waits on its lock", store.order, want)
-	}
+	line := lendtest.Images(func(s images.Store) images.Store { return Images{Store: s, Turns: turns} }, turns.Waiting)
+	lendtest.HolderGoesFirst(t, lane.NewKeyedLock(turns), line, false)
 }

@@ -3,9 +3,7 @@ package lane
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -94,88 +92,6 @@ func TestKeyedLockUnlockUnlockedPanics(t *testing.T) {
 		}
 	}()
 	NewKeyedLock().Unlock("nope")
-}
-
-// TestKeyedLockLends: while a pull waits on a key another holds, the
-// holder is due no later than the waiter, and its work already in a lane
-// moves up to that due; once the key changes hands, or the waiter gives
-// up, the holder is due as before.
-func TestKeyedLockLends(t *testing.T) {
-	for _, giveUp := range []bool{false, true} {
-		t.Run(fmt.Sprintf("waiter gives up=%v", giveUp), func(t *testing.T) {
-			base := time.Now()
-			holder, waiter, between := NewTicket(base), NewTicket(base), NewTicket(base)
-			holder.Need(time.Hour)
-			waiter.Need(time.Minute)
-			between.Need(30 * time.Minute)
-			own := holder.Due()
-
-			l := New(1)
-			k := NewKeyedLock(l)
-			if err := k.Lock(WithTicket(context.Background(), holder), "chain"); err != nil {
-				t.Fatal(err)
-			}
-			// The holder's layer and another pull's wait for the lane's
-			// one place, the other pull first.
-			full, err := l.Acquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			var (
-				mu    sync.Mutex
-				order []string
-				wg    sync.WaitGroup
-			)
-			for i, w := range []struct {
-				name string
-				t    *Ticket
-			}{{"between", between}, {"holder", holder}} {
-				wg.Go(func() {
-					release, err := l.Acquire(WithTicket(context.Background(), w.t))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					order = append(order, w.name)
-					mu.Unlock()
-					release()
-				})
-				await.Until(t, 10*time.Second, w.name+" to wait in the lane", func() bool { return l.Waiting() == i+1 })
-			}
-
-			ctx, cancel := context.WithCancel(WithTicket(context.Background(), waiter))
-			defer cancel()
-			locked := make(chan error, 1)
-			go func() { locked <- k.Lock(ctx, "chain") }()
-			await.Until(t, 10*time.Second, "the holder to be due with the waiter", func() bool { return holder.Due().Equal(waiter.Due()) })
-			full()
-			wg.Wait()
-			if want := []string{"holder", "between"}; !slices.Equal(order, want) {
-				t.Fatalf("served %v, want %v: the holder's layer goes first while an earlier pull waits on its lock", order, want)
-			}
-
-			if giveUp {
-				cancel()
-				if err := <-locked; !errors.Is(err, context.Canceled) {
-					t.Fatal(err)
-				}
-				if !holder.Due().Equal(own) {
-					t.Fatalf("holder due %v after the waiter gave up, want its own %v", holder.Due().Sub(base), own.Sub(base))
-				}
-				k.Unlock("chain")
-				return
-			}
-			k.Unlock("chain")
-			if err := <-locked; err != nil {
-				t.Fatal(err)
-			}
-			if !holder.Due().Equal(own) {
-				t.Fatalf("holder due %v after unlocking, want its own %v", holder.Due().Sub(base), own.Sub(base))
-			}
-			k.Unlock("chain")
-		})
-	}
 }
 
 // TestLentDueGivesNoExtraPlace: a large pull holds a chain lock a small
