@@ -39,7 +39,7 @@ func TestLargeLayerWrittenWhileItArrives(t *testing.T) {
 	const cut = 16 << 20
 	// rate is well below what a busy CPU writes a layer at, so that its
 	// writer waits for bytes: at 48 MiB/s, on two CPUs with a build
-	// beside it, the writer once never did.
+	// beside it, the writer once never waited for bytes (starved=0s).
 	const rate = 16 << 20
 	cases := []struct {
 		name string

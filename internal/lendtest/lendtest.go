@@ -21,14 +21,16 @@ import (
 
 // Line is a line of work.
 type Line struct {
-	// Fill takes the line's places, with work of no pull, and returns
-	// what gives one back.
+	// Fill takes the line's places, with work without a ticket, and
+	// returns what gives one back.
 	Fill func(t *testing.T) (free func())
 	// Do waits in line with ctx's pull's work named name, and gives its
 	// place back once served.
 	Do func(ctx context.Context, name string) error
 	// Waiting is how many wait in line.
 	Waiting func() int
+	// First is the ticket of the first in line, or nil.
+	First func() *lane.Ticket
 	// Served lists the names of the work served, in order.
 	Served func() []string
 }
@@ -73,6 +75,9 @@ func HolderGoesFirst(t *testing.T, locks *lane.KeyedLock, line Line, giveUp bool
 	locked := make(chan error, 1)
 	go func() { locked <- locks.Lock(ctx, "key") }()
 	await.Until(t, 10*time.Second, "the holder to be due with the waiter", func() bool { return holder.Due().Equal(waiter.Due()) })
+	// The lock tells the lines after the holder's due has moved: freeing
+	// the place in between would serve the line as it was.
+	await.Until(t, 10*time.Second, "the holder's work to be first in line", func() bool { return line.First() == holder })
 	free()
 	wg.Wait()
 	if got, want := line.Served(), []string{"holder", "between"}; !slices.Equal(got, want) {
@@ -118,9 +123,9 @@ func (s *served) list() []string {
 	return slices.Clone(s.names)
 }
 
-// Lane is a line of l, which has places places. The fill gives one back
-// when freed, so that the work in line is served one at a time, and the
-// others when the test ends.
+// Lane is the line for l's places, of which l has places (its limit). The
+// fill gives one back when freed, so that the work in line is served one
+// at a time, and the others when the test ends.
 func Lane(l *lane.Lane, places int) Line {
 	s := &served{}
 	return Line{
@@ -148,15 +153,17 @@ func Lane(l *lane.Lane, places int) Line {
 			return nil
 		},
 		Waiting: l.Waiting,
+		First:   l.FirstOwner,
 		Served:  s.list,
 	}
 }
 
-// Images is the line of image writes through the store wrap returns,
-// one at a time (transfer/commits' write turns, say), whose waiters
-// waiting counts. The fill is one write, held.
-func Images(wrap func(images.Store) images.Store, waiting func() int) Line {
-	s := &writes{held: make(chan struct{}), release: make(chan struct{})}
+// ImageWrites is the line of image writes through the store wrap
+// returns, one at a time (transfer/commits' write turns, say), whose
+// waiters waiting counts and first names the first of. The fill is one
+// write, held.
+func ImageWrites(wrap func(images.Store) images.Store, waiting func() int, first func() *lane.Ticket) Line {
+	s := &heldStore{held: make(chan struct{}), release: make(chan struct{})}
 	store := wrap(s)
 	return Line{
 		Fill: func(t *testing.T) func() {
@@ -178,6 +185,7 @@ func Images(wrap func(images.Store) images.Store, waiting func() int) Line {
 			return err
 		},
 		Waiting: waiting,
+		First:   first,
 		Served:  s.served.list,
 	}
 }
@@ -185,16 +193,16 @@ func Images(wrap func(images.Store) images.Store, waiting func() int) Line {
 // fill names the write that takes the one place.
 const fill = "fill"
 
-// writes is an image store that records its writes, but for the fill,
-// which it holds until released.
-type writes struct {
+// heldStore is an image store that records its writes, but for the
+// fill, which it holds until released.
+type heldStore struct {
 	images.Store
 	held    chan struct{} // closed when the fill starts
 	release chan struct{}
 	served  served
 }
 
-func (s *writes) Update(ctx context.Context, img images.Image, _ ...string) (images.Image, error) {
+func (s *heldStore) Update(ctx context.Context, img images.Image, _ ...string) (images.Image, error) {
 	if img.Name == fill {
 		close(s.held)
 		<-s.release

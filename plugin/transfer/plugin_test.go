@@ -14,6 +14,7 @@ import (
 	"github.com/pullwise/pullwise/internal/lendtest"
 	"github.com/pullwise/pullwise/transfer/commits"
 	"github.com/pullwise/pullwise/transfer/gunzip"
+	"github.com/pullwise/pullwise/transfer/lane"
 )
 
 func TestParallelUnpack(t *testing.T) {
@@ -97,8 +98,12 @@ func TestUnpackerLocksLend(t *testing.T) {
 	u := newUnpacking(defaultConfig(), nil, turns, []unpack.Platform{{SnapshotterKey: "overlayfs"}}, nil)
 	for name, line := range map[string]lendtest.Line{
 		"unpack places": lendtest.Lane(u.unpacks, u.layersAtOnce),
-		"write turns":   lendtest.Images(func(s images.Store) images.Store { return commits.Images{Store: s, Turns: turns} }, turns.Waiting),
+		"write turns":   lendtest.ImageWrites(func(s images.Store) images.Store { return commits.Images{Store: s, Turns: turns} }, turns.Waiting, turns.FirstOwner),
 	} {
 		t.Run(name, func(t *testing.T) { lendtest.HolderGoesFirst(t, u.chains, line, false) })
+	}
+	// The lane lent to is the one the layers are written through.
+	if a, ok := u.platforms[0].Applier.(lane.Applier); !ok || a.Lane != u.unpacks {
+		t.Errorf("the platform's applier is %T, not a lane.Applier on the lane the locks lend to", u.platforms[0].Applier)
 	}
 }

@@ -112,6 +112,9 @@ func (t *Turns) do(ctx context.Context, fn func() error) error {
 // Waiting is how many writes wait for their turn, for tests.
 func (t *Turns) Waiting() int { return t.lane.Waiting() }
 
+// FirstOwner is the ticket of the first write in line, or nil, for tests.
+func (t *Turns) FirstOwner() *lane.Ticket { return t.lane.FirstOwner() }
+
 // Lend moves the writes of a pull waiting for their turn up to its Due
 // (lane.KeyedLock): a pull holding the lock on a blob or layer that an
 // earlier pull waits on commits it in a write turn, and that commit must

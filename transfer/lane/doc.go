@@ -66,11 +66,11 @@
 //     would move every blob of a large image ahead of small pulls' own.
 //     Everything else goes by own dues (Ticket.OwnDue): lateness, extra
 //     places, and whom other work gives way to or passes. A lent due is
-//     the whole pull's: counted for extra places, it let a large image's
-//     layers take them while the small pulls waited on its lock, and
-//     those came later (an A/B in docs/pull-gate.md). Only the work under
-//     the held lock should have it, which needs a chain ID mapped to its
-//     layer; untried.
+//     the whole pull's: counted for extra places, any layer of a large
+//     image could take one while a small pull waited on its lock, and the
+//     small pulls came later (an A/B in docs/pull-gate.md). Only the work
+//     under the held lock should have it, which needs a chain ID mapped
+//     to its layer. That is untried.
 //
 // A priority queue is written here because no semaphore in the standard
 // library or golang.org/x/sync orders its waiters by anything but arrival.

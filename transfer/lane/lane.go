@@ -277,6 +277,17 @@ func (l *Lane) First() (time.Time, bool) {
 	return l.waiting[0].ownDue(), true
 }
 
+// FirstOwner is the ticket of the first in line, or nil, for tests: a
+// lend has reached the line once the lender's work is first.
+func (l *Lane) FirstOwner() *Ticket {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waiting.Len() == 0 {
+		return nil
+	}
+	return l.waiting[0].owner
+}
+
 // Waiting is how many are in line, for tests and metrics.
 func (l *Lane) Waiting() int {
 	l.mu.Lock()
