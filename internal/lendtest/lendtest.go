@@ -123,6 +123,13 @@ func (s *served) list() []string {
 	return slices.Clone(s.names)
 }
 
+// Queue is what ImageWrites sees of the line its writes wait in
+// (transfer/commits.Turns), as it sees a lane.Lane's.
+type Queue interface {
+	Waiting() int
+	FirstOwner() *lane.Ticket
+}
+
 // Lane is the line for l's places, of which l has places (its limit). The
 // fill gives one back when freed, so that the work in line is served one
 // at a time, and the others when the test ends.
@@ -159,10 +166,9 @@ func Lane(l *lane.Lane, places int) Line {
 }
 
 // ImageWrites is the line of image writes through the store wrap
-// returns, one at a time (transfer/commits' write turns, say), whose
-// waiters waiting counts and first names the first of. The fill is one
-// write, held.
-func ImageWrites(wrap func(images.Store) images.Store, waiting func() int, first func() *lane.Ticket) Line {
+// returns, one at a time in q (transfer/commits' write turns, say). The
+// fill is one write, held.
+func ImageWrites(wrap func(images.Store) images.Store, q Queue) Line {
 	s := &heldStore{held: make(chan struct{}), release: make(chan struct{})}
 	store := wrap(s)
 	return Line{
@@ -184,8 +190,8 @@ func ImageWrites(wrap func(images.Store) images.Store, waiting func() int, first
 			_, err := store.Update(ctx, images.Image{Name: name})
 			return err
 		},
-		Waiting: waiting,
-		First:   first,
+		Waiting: q.Waiting,
+		First:   q.FirstOwner,
 		Served:  s.served.list,
 	}
 }

@@ -98,7 +98,7 @@ func TestUnpackerLocksLend(t *testing.T) {
 	u := newUnpacking(defaultConfig(), nil, turns, []unpack.Platform{{SnapshotterKey: "overlayfs"}}, nil)
 	for name, line := range map[string]lendtest.Line{
 		"unpack places": lendtest.Lane(u.unpacks, u.layersAtOnce),
-		"write turns":   lendtest.ImageWrites(func(s images.Store) images.Store { return commits.Images{Store: s, Turns: turns} }, turns.Waiting, turns.FirstOwner),
+		"write turns":   lendtest.ImageWrites(func(s images.Store) images.Store { return commits.Images{Store: s, Turns: turns} }, turns),
 	} {
 		t.Run(name, func(t *testing.T) { lendtest.HolderGoesFirst(t, u.chains, line, false) })
 	}

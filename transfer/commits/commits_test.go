@@ -305,6 +305,6 @@ func TestWriteSeconds(t *testing.T) {
 // writes.
 func TestLockHolderWritesMoveUp(t *testing.T) {
 	turns := New()
-	line := lendtest.ImageWrites(func(s images.Store) images.Store { return Images{Store: s, Turns: turns} }, turns.Waiting, turns.FirstOwner)
+	line := lendtest.ImageWrites(func(s images.Store) images.Store { return Images{Store: s, Turns: turns} }, turns)
 	lendtest.HolderGoesFirst(t, lane.NewKeyedLock(turns), line, false)
 }
