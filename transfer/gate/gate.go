@@ -5,6 +5,13 @@
 // were asked in, except that a pull whose cost is known while it waits
 // moves to when it would be done, so a sidecar's small image need not
 // wait behind an application's large one asked for just before it.
+//
+// The limit counts pulls that transfer. A pull whose bodies all give way
+// on the link to pulls ahead of it (lane.Ticket.GivesWay) holds its slot
+// but transfers nothing: the first pull in line, if ahead of it, takes a
+// slot beside it, one per such pull. Otherwise a large pull asked for
+// first would keep a slot through a fetch that pauses for every small
+// pull after it, and the small pulls would share the other slots.
 package gate
 
 import (
@@ -15,6 +22,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 
 	"github.com/pullwise/pullwise/transfer/lane"
 )
@@ -25,24 +33,38 @@ type Gate struct {
 	timeout time.Duration
 
 	mu      sync.Mutex
-	running int
-	waiting *list.List // of *waiter, in arrival order
+	running int                  // slots taken, those beside included
+	holders map[*holder]struct{} // the pulls holding them
+	waiting *list.List           // of *waiter, in arrival order
 }
+
+// holder is a pull holding a slot.
+type holder struct {
+	ticket *lane.Ticket // nil: due at arrival
+	at     time.Time    // arrival
+	// beside is the pull let in beside this one while it gave way, and
+	// besideOf the one this pull was let in beside; nil when none, or
+	// when that pull's slot is free.
+	beside, besideOf *holder
+}
+
+// ownDue is the pull's own due (lane.Ticket.OwnDue): a slot beside goes
+// by it, as extra places do.
+func (h *holder) ownDue() time.Time { return h.ticket.OwnDueOr(h.at) }
 
 type waiter struct {
 	ready  chan struct{} // closed when the waiter is granted a slot
-	ticket *lane.Ticket  // nil: due at arrival
-	at     time.Time     // arrival
+	holder *holder       // what it holds once granted
 }
 
 // due is where w stands in line now: its pull's due moves while it waits,
 // once its cost is known.
-func (w *waiter) due() time.Time { return w.ticket.DueOr(w.at) }
+func (w *waiter) due() time.Time { return w.holder.ticket.DueOr(w.holder.at) }
 
 // New returns a gate with limit slots (0 is unlimited) whose waiters give up
 // after timeout (0: only the caller's context decides).
 func New(limit int, timeout time.Duration) *Gate {
-	return &Gate{limit: limit, timeout: timeout, waiting: list.New()}
+	return &Gate{limit: limit, timeout: timeout, holders: map[*holder]struct{}{}, waiting: list.New()}
 }
 
 // Limit is the configured number of slots; 0 is unlimited.
@@ -58,14 +80,15 @@ func (g *Gate) Limit() int { return g.limit }
 // ResourceExhausted. bypass takes a slot at once even when all are taken:
 // for pulls a pod cannot start without, such as the sandbox image.
 func (g *Gate) Acquire(ctx context.Context, bypass bool) (release func(), waited time.Duration, err error) {
+	start := time.Now()
+	h := &holder{ticket: lane.TicketOf(ctx), at: start}
 	g.mu.Lock()
 	if bypass || g.limit == 0 || (g.running < g.limit && g.waiting.Len() == 0) {
-		g.running++
+		g.take(h)
 		g.mu.Unlock()
-		return g.releaseOnce(), 0, nil
+		return g.releaseOnce(h), 0, nil
 	}
-	start := time.Now()
-	w := &waiter{ready: make(chan struct{}), ticket: lane.TicketOf(ctx), at: start}
+	w := &waiter{ready: make(chan struct{}), holder: h}
 	elem := g.waiting.PushBack(w)
 	g.mu.Unlock()
 
@@ -75,59 +98,129 @@ func (g *Gate) Acquire(ctx context.Context, bypass bool) (release func(), waited
 		defer t.Stop()
 		expired = t.C
 	}
-	select {
-	case <-w.ready:
-		return g.releaseOnce(), time.Since(start), nil
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-expired:
-		err = fmt.Errorf("too many image pulls in parallel: all %d slots (max_parallel_image_pulls) stayed taken for %s (pull_queue_timeout): %w",
-			g.limit, g.timeout, errdefs.ErrResourceExhausted)
+	// A pull giving way says so on its ticket, not to the gate: the
+	// first in line looks for one every lane.Poll.
+	look := time.NewTicker(lane.Poll)
+	defer look.Stop()
+	for err == nil {
+		select {
+		case <-w.ready:
+			return g.releaseOnce(h), time.Since(start), nil
+		case <-look.C:
+			g.mu.Lock()
+			took := g.beside(elem)
+			g.mu.Unlock()
+			if took {
+				log.G(ctx).Debug("pull took a slot beside one giving way")
+				return g.releaseOnce(h), time.Since(start), nil
+			}
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-expired:
+			err = fmt.Errorf("too many image pulls in parallel: all %d slots (max_parallel_image_pulls) stayed taken for %s (pull_queue_timeout): %w",
+				g.limit, g.timeout, errdefs.ErrResourceExhausted)
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	select {
 	case <-w.ready:
 		// Granted while giving up: pass the slot on rather than leak it.
-		g.handOff()
+		g.handOff(h)
 	default:
 		g.waiting.Remove(elem)
 	}
 	return nil, time.Since(start), err
 }
 
-// releaseOnce returns a release func that frees the slot once, however
-// often it is called, so a deferred release and an early one cannot free two.
-func (g *Gate) releaseOnce() func() {
+// take gives h a slot. g.mu must be held.
+func (g *Gate) take(h *holder) {
+	g.running++
+	g.holders[h] = struct{}{}
+}
+
+// beside grants the waiter at elem a slot beside a holder that gives way,
+// if the waiter is first in line and ahead of that holder by the slack.
+// The holders, a few, are looked at before the line, which may be long.
+// It reports whether it did. g.mu must be held.
+func (g *Gate) beside(elem *list.Element) bool {
+	w := elem.Value.(*waiter)
+	select {
+	case <-w.ready:
+		return false // granted meanwhile, and out of line
+	default:
+	}
+	for h := range g.holders {
+		if h.beside != nil || !h.ticket.GivesWay() {
+			continue
+		}
+		if g.first() != elem {
+			return false
+		}
+		if !lane.Ahead(w.holder.ownDue(), h.ownDue(), lane.Slack) {
+			continue
+		}
+		g.waiting.Remove(elem)
+		g.take(w.holder)
+		h.beside, w.holder.besideOf = w.holder, h
+		close(w.ready)
+		return true
+	}
+	return false
+}
+
+// releaseOnce returns a release func that frees h's slot once, however
+// often it is called, so a deferred release and an early one cannot free
+// two.
+func (g *Gate) releaseOnce(h *holder) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			g.handOff()
+			g.handOff(h)
 		})
 	}
 }
 
-// handOff gives a freed slot to the first waiter in line, or returns it
-// to the pool. g.mu must be held.
+// handOff frees h's slot: it goes to the first waiter in line, or back
+// to the pool. A slot taken beside a pull giving way is not handed on
+// while the slots are over the limit: that pull still holds its own.
+// g.mu must be held.
+func (g *Gate) handOff(h *holder) {
+	delete(g.holders, h)
+	if h.beside != nil {
+		h.beside.besideOf = nil
+	}
+	if h.besideOf != nil {
+		h.besideOf.beside = nil
+	}
+	h.beside, h.besideOf = nil, nil
+	if g.waiting.Len() > 0 && (g.limit == 0 || g.running <= g.limit) {
+		first := g.first()
+		g.waiting.Remove(first)
+		w := first.Value.(*waiter)
+		g.holders[w.holder] = struct{}{}
+		close(w.ready)
+		return
+	}
+	g.running--
+}
+
+// first is the waiter first in line: earliest due, and between equal
+// dues, first to arrive. g.mu must be held, and a waiter waiting.
 //
 // The line is scanned, not kept in a heap: a waiter's due moves when its
 // pull learns its size, and the queue is as long as the pulls a node has
 // waiting, tens, at most hundreds.
-func (g *Gate) handOff() {
-	if g.waiting.Len() > 0 && (g.limit == 0 || g.running <= g.limit) {
-		first := g.waiting.Front()
-		for e, at := first.Next(), first.Value.(*waiter).due(); e != nil; e = e.Next() {
-			if p := e.Value.(*waiter).due(); p.Before(at) {
-				first, at = e, p
-			}
+func (g *Gate) first() *list.Element {
+	first := g.waiting.Front()
+	for e, at := first.Next(), first.Value.(*waiter).due(); e != nil; e = e.Next() {
+		if p := e.Value.(*waiter).due(); p.Before(at) {
+			first, at = e, p
 		}
-		g.waiting.Remove(first)
-		close(first.Value.(*waiter).ready)
-		return
 	}
-	g.running--
+	return first
 }
 
 // Full reports whether a pull asking now would wait for a slot.

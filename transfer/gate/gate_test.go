@@ -312,3 +312,176 @@ func TestReleaseTwiceFreesOnce(t *testing.T) {
 func costOf(bytes int64) time.Duration {
 	return time.Duration(bytes * int64(time.Second) / (100 << 20))
 }
+
+// TestSlotBesidePullGivingWay: while every body of a pull holding a slot
+// gives way, the first pull in line, if due more than the slack before
+// it, takes a slot beside it: one per such pull, and gone with either.
+func TestSlotBesidePullGivingWay(t *testing.T) {
+	base := time.Now()
+	pull := func(cost time.Duration) context.Context {
+		tk := lane.NewTicket(base)
+		tk.Need(cost)
+		return lane.WithTicket(context.Background(), tk)
+	}
+	// notGranted waits a few of the gate's looks for a slot that must not come.
+	notGranted := func(t *testing.T, g *Gate, ctx context.Context, why string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 10*lane.Poll)
+		defer cancel()
+		if release, _, err := g.Acquire(ctx, false); err == nil {
+			release()
+			t.Fatalf("a slot beside: %s", why)
+		}
+	}
+	link := lane.NewLink(lane.Slack)
+	cases := []struct {
+		name    string
+		holder  time.Duration // the holder's cost
+		waiter  time.Duration
+		pauses  bool // the holder's one body gives way
+		granted bool
+	}{
+		{name: "a small pull beside a large one giving way", holder: time.Hour, waiter: time.Second, pauses: true, granted: true},
+		{name: "not while the large one reads", holder: time.Hour, waiter: time.Second},
+		{name: "not for a pull within the slack", holder: 2 * time.Second, waiter: 1500 * time.Millisecond, pauses: true},
+		{name: "not for a pull behind", holder: time.Second, waiter: time.Hour, pauses: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := New(1, 0)
+			hctx := pull(tc.holder)
+			release, _, err := g.Acquire(hctx, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			body := link.Open(hctx, nil)
+			defer body.Close()
+			body.Pausing(tc.pauses)
+			if !tc.granted {
+				notGranted(t, g, pull(tc.waiter), "")
+				return
+			}
+			beside, waited, err := g.Acquire(pull(tc.waiter), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Running() != 2 || waited <= 0 {
+				t.Fatalf("running %d, waited %s: want 2 slots taken, the second after waiting", g.Running(), waited)
+			}
+			notGranted(t, g, pull(tc.waiter), "a second one beside the same pull")
+			beside()
+			if g.Running() != 1 {
+				t.Fatalf("running %d once the pull beside is done, want 1", g.Running())
+			}
+			// The holder may let another in once the first is gone.
+			again, _, err := g.Acquire(pull(tc.waiter), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The holder ends first: the pull beside keeps its slot, and
+			// the limit holds again for the next.
+			release()
+			if g.Running() != 1 {
+				t.Fatalf("running %d once the holder is done, want the one beside", g.Running())
+			}
+			notGranted(t, g, pull(tc.waiter), "the holder is gone, the limit is full")
+			again()
+			other := mustAcquire(t, g)
+			defer other()
+			notGranted(t, g, pull(tc.waiter), "beside a pull that is done")
+		})
+	}
+}
+
+// TestSlotsBesideLeakNothing: pulls taking, giving up and ending slots
+// beside a pull that gives way on and off take no more than one slot
+// beside it, and leave every slot free.
+func TestSlotsBesideLeakNothing(t *testing.T) {
+	const limit, pulls = 2, 40
+	g := New(limit, 0)
+	base := time.Now()
+	pull := func(cost time.Duration) context.Context {
+		tk := lane.NewTicket(base)
+		tk.Need(cost)
+		return lane.WithTicket(context.Background(), tk)
+	}
+	large := pull(time.Hour)
+	releaseLarge, _, err := g.Acquire(large, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := mustAcquire(t, g)
+	body := lane.NewLink(lane.Slack).Open(large, nil)
+	defer body.Close()
+
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		holding int
+		most    int
+	)
+	for i := range pulls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(pull(time.Second), time.Duration(rand.IntN(200))*time.Millisecond)
+			defer cancel()
+			release, _, err := g.Acquire(ctx, false)
+			if err != nil {
+				return // gave up waiting
+			}
+			mu.Lock()
+			holding++
+			most = max(most, holding)
+			mu.Unlock()
+			if i%3 == 0 {
+				<-ctx.Done() // some hold theirs for a while
+			}
+			mu.Lock()
+			holding--
+			mu.Unlock()
+			release()
+		}()
+	}
+	stop := make(chan struct{})
+	toggled := make(chan struct{})
+	go func() {
+		defer close(toggled)
+		// At random times: toggled in step with the gate's looks, it
+		// could read on whenever they look.
+		for on := true; ; on = !on {
+			body.Pausing(on)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(1+rand.IntN(9)) * time.Millisecond):
+			}
+		}
+	}()
+	// The other holder ends midway: its slot goes to the line.
+	await.Until(t, 10*time.Second, "a pull to take a slot beside the large one", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return most > 0
+	})
+	other()
+	wg.Wait()
+	close(stop)
+	<-toggled
+	// Beside the large pull's slot: the other's, handed on, and at most
+	// one beside the large one.
+	if most > limit {
+		t.Fatalf("%d pulls held slots at once beside the large one, want at most %d", most, limit)
+	}
+	releaseLarge()
+	if g.Running() != 0 || g.Waiting() != 0 {
+		t.Fatalf("running %d, waiting %d after every pull ended", g.Running(), g.Waiting())
+	}
+	a, b := mustAcquire(t, g), mustAcquire(t, g)
+	defer a()
+	defer b()
+	if g.Running() != limit {
+		t.Fatalf("running %d, want %d: the slots are not all free", g.Running(), limit)
+	}
+}

@@ -62,12 +62,16 @@ type Flow struct {
 	// thousands of times a second on a fast link.
 	moved atomic.Int64
 	asked every // Ask's; only the body's reader
+	// giving is set while the body gives way (Pausing), closed once
+	// Close has taken it off its ticket's count.
+	giving, closed atomic.Bool
 }
 
 // Open adds a body of the pull that ctx's ticket belongs to, holding one
 // of places.
 func (l *Link) Open(ctx context.Context, places *Lane) *Flow {
 	f := l.Unasked(ctx, places)
+	f.ticket.onLink(1, 0)
 	l.mu.Lock()
 	l.flows[f] = struct{}{}
 	l.mu.Unlock()
@@ -85,8 +89,28 @@ func (f *Flow) Moved() {
 	f.moved.Store(f.link.now().UnixNano())
 }
 
+// Pausing marks f as giving way to pulls ahead (on), or as reading on
+// again; its pull counts it (Ticket.GivesWay).
+func (f *Flow) Pausing(on bool) {
+	if f.closed.Load() || f.giving.Swap(on) == on {
+		return
+	}
+	if on {
+		f.ticket.onLink(0, 1)
+	} else {
+		f.ticket.onLink(0, -1)
+	}
+}
+
 // Close removes the body from the link.
 func (f *Flow) Close() {
+	if f.closed.Swap(true) {
+		return
+	}
+	if f.giving.Swap(false) {
+		f.ticket.onLink(0, -1)
+	}
+	f.ticket.onLink(-1, 0)
 	f.link.mu.Lock()
 	delete(f.link.flows, f)
 	f.link.mu.Unlock()
@@ -143,8 +167,12 @@ func (f *Flow) Ask() bool {
 	return f.asked.due() && f.Behind()
 }
 
-// Wait waits while f is Behind.
+// Wait waits while f is Behind. The body it stands for counts as on the
+// link and giving way meanwhile (Ticket.GivesWay): its pull is held back
+// as surely as by a body paused.
 func (f *Flow) Wait(ctx context.Context) error {
+	f.ticket.onLink(1, 1)
+	defer f.ticket.onLink(-1, -1)
 	_, err := waitWhile(ctx, f.Behind, nil)
 	return err
 }
@@ -156,4 +184,36 @@ func (f *Flow) Yield(ctx context.Context, limit time.Duration) (behind bool, err
 		return false, nil
 	}
 	return waitWhile(ctx, f.Behind, time.After(limit))
+}
+
+// onLink adds to the count of t's bodies on the link and of those of
+// them giving way; nothing for work without a ticket. A body joins the
+// count of bodies before that of those giving way and leaves it after,
+// so that GivesWay, reading the two apart, never sees more giving way
+// than there are.
+func (t *Ticket) onLink(bodies, giving int32) {
+	if t == nil {
+		return
+	}
+	if bodies > 0 {
+		t.bodies.Add(bodies)
+	}
+	t.giving.Add(giving)
+	if bodies < 0 {
+		t.bodies.Add(bodies)
+	}
+}
+
+// GivesWay reports whether the pull has bodies on the link and every one
+// of them gives way to pulls ahead: paused (Pausing), or not asked for
+// until it would not pause (Wait). The pull holds its gate slot but
+// transfers nothing (transfer/gate lets a pull ahead of it take a slot
+// beside it). A late pull gives way to nobody: its bodies read on at
+// their next look.
+func (t *Ticket) GivesWay() bool {
+	if t == nil {
+		return false
+	}
+	b := t.bodies.Load()
+	return b > 0 && t.giving.Load() >= b
 }

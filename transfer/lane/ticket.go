@@ -32,6 +32,9 @@ type Ticket struct {
 	// waits are the pull's work's waits for others' so far, by kind
 	// (Waited).
 	waits [waitKinds]atomic.Int64
+	// bodies are the pull's bodies on the link, giving those of them
+	// giving way (GivesWay).
+	bodies, giving atomic.Int32
 }
 
 // NewTicket returns the ticket of a pull asked for at asked.
