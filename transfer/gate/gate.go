@@ -141,7 +141,8 @@ func (g *Gate) take(h *holder) {
 
 // beside grants the waiter at elem a slot beside a holder that gives way,
 // if the waiter is first in line and ahead of that holder by the slack.
-// The holders, a few, are looked at before the line, which may be long.
+// Every waiter looks, every lane.Poll: the holders, a few, are looked at
+// before the line, which may be long.
 // It reports whether it did. g.mu must be held.
 func (g *Gate) beside(elem *list.Element) bool {
 	w := elem.Value.(*waiter)
@@ -150,15 +151,13 @@ func (g *Gate) beside(elem *list.Element) bool {
 		return false // granted meanwhile, and out of line
 	default:
 	}
+	mine := w.holder.ownDue()
 	for h := range g.holders {
-		if h.beside != nil || !h.ticket.GivesWay() {
+		if h.beside != nil || !lane.Ahead(mine, h.ownDue(), lane.Slack) || !h.ticket.GivesWay() {
 			continue
 		}
 		if g.first() != elem {
 			return false
-		}
-		if !lane.Ahead(w.holder.ownDue(), h.ownDue(), lane.Slack) {
-			continue
 		}
 		g.waiting.Remove(elem)
 		g.take(w.holder)

@@ -45,6 +45,13 @@
 //     layer holds its place while it pauses, so it pauses only while no
 //     work ahead of it waits for a place: that work would wait on the
 //     pause.
+//   - beside: a pull whose bodies all give way (Ticket.GivesWay) holds
+//     its gate slot but transfers nothing, so the first pull in line at
+//     the gate, if ahead of it, takes a slot beside it (transfer/gate),
+//     one per such pull at a time. The gate's limit counts pulls that
+//     transfer: without this, a large pull asked for first held one of
+//     three slots through a fetch paused for every small pull after it,
+//     and ten small pulls shared the other two.
 //   - early: a layer written while its blob arrives (transfer/early) only
 //     moves earlier what would otherwise run after its last byte, so it
 //     gives way to every pull ahead in flight, whatever the pressure:
