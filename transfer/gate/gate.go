@@ -6,12 +6,13 @@
 // moves to when it would be done, so a sidecar's small image need not
 // wait behind an application's large one asked for just before it.
 //
-// The limit counts pulls that transfer. A pull whose bodies all give way
-// on the link to pulls ahead of it (lane.Ticket.GivesWay) holds its slot
-// but transfers nothing: the first pull in line, if ahead of it, takes a
-// slot beside it, one per such pull. Otherwise a large pull asked for
-// first would keep a slot through a fetch that pauses for every small
-// pull after it, and the small pulls would share the other slots.
+// A pull whose bodies all give way on the link to pulls ahead of it
+// (lane.Ticket.GivesWay) holds its slot but moves no bytes: while it
+// does, the first pull in line, sized and ahead of it, takes a slot
+// beside it, over the limit by at most one per such pull and never by
+// more than the limit. Otherwise a large pull asked for first keeps a
+// slot through a fetch that pauses for every small pull after it, and
+// the small pulls share the other slots.
 package gate
 
 import (
@@ -36,20 +37,18 @@ type Gate struct {
 	running int                  // slots taken, those beside included
 	holders map[*holder]struct{} // the pulls holding them
 	waiting *list.List           // of *waiter, in arrival order
+	looking bool                 // look is running
 }
 
 // holder is a pull holding a slot.
 type holder struct {
 	ticket *lane.Ticket // nil: due at arrival
 	at     time.Time    // arrival
-	// beside is the pull let in beside this one while it gave way, and
-	// besideOf the one this pull was let in beside; nil when none, or
-	// when that pull's slot is free.
-	beside, besideOf *holder
+	beside bool         // its slot was taken beside a pull giving way
 }
 
-// ownDue is the pull's own due (lane.Ticket.OwnDue): a slot beside goes
-// by it, as extra places do.
+// ownDue is the pull's own due (lane.Ticket.OwnDue): whom a pull gives
+// way to goes by own dues, and so does the slot beside it.
 func (h *holder) ownDue() time.Time { return h.ticket.OwnDueOr(h.at) }
 
 type waiter struct {
@@ -90,6 +89,10 @@ func (g *Gate) Acquire(ctx context.Context, bypass bool) (release func(), waited
 	}
 	w := &waiter{ready: make(chan struct{}), holder: h}
 	elem := g.waiting.PushBack(w)
+	if !g.looking {
+		g.looking = true
+		go g.look()
+	}
 	g.mu.Unlock()
 
 	var expired <-chan time.Time
@@ -98,28 +101,17 @@ func (g *Gate) Acquire(ctx context.Context, bypass bool) (release func(), waited
 		defer t.Stop()
 		expired = t.C
 	}
-	// A pull giving way says so on its ticket, not to the gate: the
-	// first in line looks for one every lane.Poll.
-	look := time.NewTicker(lane.Poll)
-	defer look.Stop()
-	for err == nil {
-		select {
-		case <-w.ready:
-			return g.releaseOnce(h), time.Since(start), nil
-		case <-look.C:
-			g.mu.Lock()
-			took := g.beside(elem)
-			g.mu.Unlock()
-			if took {
-				log.G(ctx).Debug("pull took a slot beside one giving way")
-				return g.releaseOnce(h), time.Since(start), nil
-			}
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-expired:
-			err = fmt.Errorf("too many image pulls in parallel: all %d slots (max_parallel_image_pulls) stayed taken for %s (pull_queue_timeout): %w",
-				g.limit, g.timeout, errdefs.ErrResourceExhausted)
+	select {
+	case <-w.ready:
+		if h.beside {
+			log.G(ctx).Debug("pull took a slot beside one giving way")
 		}
+		return g.releaseOnce(h), time.Since(start), nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-expired:
+		err = fmt.Errorf("too many image pulls in parallel: all %d slots (max_parallel_image_pulls) stayed taken for %s (pull_queue_timeout): %w",
+			g.limit, g.timeout, errdefs.ErrResourceExhausted)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -139,33 +131,58 @@ func (g *Gate) take(h *holder) {
 	g.holders[h] = struct{}{}
 }
 
-// beside grants the waiter at elem a slot beside a holder that gives way,
-// if the waiter is first in line and ahead of that holder by the slack.
-// Every waiter looks, every lane.Poll: the holders, a few, are looked at
-// before the line, which may be long.
-// It reports whether it did. g.mu must be held.
-func (g *Gate) beside(elem *list.Element) bool {
-	w := elem.Value.(*waiter)
-	select {
-	case <-w.ready:
-		return false // granted meanwhile, and out of line
-	default:
-	}
-	mine := w.holder.ownDue()
-	for h := range g.holders {
-		if h.beside != nil || !lane.Ahead(mine, h.ownDue(), lane.Slack) || !h.ticket.GivesWay() {
-			continue
+// grant wakes the waiter w, taken out of line, as a holder; the caller
+// counts its slot. g.mu must be held.
+func (g *Gate) grant(w *waiter) {
+	g.holders[w.holder] = struct{}{}
+	close(w.ready)
+}
+
+// look gives the first waiter in line a slot beside pulls giving way
+// (besides), every lane.Poll while pulls wait: a pull giving way says so
+// on its ticket, not to the gate. One look per gate, not one per
+// waiter: a line may be hundreds long, and each look scans it.
+func (g *Gate) look() {
+	t := time.NewTicker(lane.Poll)
+	defer t.Stop()
+	for range t.C {
+		g.mu.Lock()
+		if g.waiting.Len() == 0 {
+			g.looking = false
+			g.mu.Unlock()
+			return
 		}
-		if g.first() != elem {
-			return false
-		}
-		g.waiting.Remove(elem)
-		g.take(w.holder)
-		h.beside, w.holder.besideOf = w.holder, h
-		close(w.ready)
-		return true
+		g.besides()
+		g.mu.Unlock()
 	}
-	return false
+}
+
+// besides grants the first waiter in line a slot beside pulls giving way,
+// while there are more of them, ahead of which it is due by the slack,
+// than slots taken over the limit, and fewer over it than the limit. A
+// waiter not yet sized is due at its arrival, not ahead of anyone; a late
+// holder reads on at its bodies' next look. g.mu must be held.
+func (g *Gate) besides() {
+	for g.waiting.Len() > 0 && g.running-g.limit < g.limit {
+		first := g.first()
+		w := first.Value.(*waiter)
+		if _, sized := w.holder.ticket.Cost(); !sized {
+			return
+		}
+		mine, now, aside := w.holder.ownDue(), time.Now(), 0
+		for h := range g.holders {
+			if lane.Ahead(mine, h.ownDue(), lane.Slack) && !h.ticket.Late(now) && h.ticket.GivesWay() {
+				aside++
+			}
+		}
+		if aside <= g.running-g.limit {
+			return
+		}
+		g.waiting.Remove(first)
+		w.holder.beside = true
+		g.grant(w)
+		g.running++
+	}
 }
 
 // releaseOnce returns a release func that frees h's slot once, however
@@ -183,24 +200,14 @@ func (g *Gate) releaseOnce(h *holder) func() {
 }
 
 // handOff frees h's slot: it goes to the first waiter in line, or back
-// to the pool. A slot taken beside a pull giving way is not handed on
-// while the slots are over the limit: that pull still holds its own.
-// g.mu must be held.
+// to the pool. While slots are taken over the limit (besides), a freed
+// slot is not handed on: it ends one of those. g.mu must be held.
 func (g *Gate) handOff(h *holder) {
 	delete(g.holders, h)
-	if h.beside != nil {
-		h.beside.besideOf = nil
-	}
-	if h.besideOf != nil {
-		h.besideOf.beside = nil
-	}
-	h.beside, h.besideOf = nil, nil
 	if g.waiting.Len() > 0 && (g.limit == 0 || g.running <= g.limit) {
 		first := g.first()
 		g.waiting.Remove(first)
-		w := first.Value.(*waiter)
-		g.holders[w.holder] = struct{}{}
-		close(w.ready)
+		g.grant(first.Value.(*waiter))
 		return
 	}
 	g.running--

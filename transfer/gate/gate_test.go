@@ -314,14 +314,26 @@ func costOf(bytes int64) time.Duration {
 }
 
 // TestSlotBesidePullGivingWay: while every body of a pull holding a slot
-// gives way, the first pull in line, if due more than the slack before
-// it, takes a slot beside it: one per such pull, and gone with either.
+// gives way, the first pull in line, sized and due more than the slack
+// before it, takes a slot beside it: one per such pull, and the limit
+// holds again once either is done.
 func TestSlotBesidePullGivingWay(t *testing.T) {
 	base := time.Now()
 	pull := func(cost time.Duration) context.Context {
 		tk := lane.NewTicket(base)
 		tk.Need(cost)
 		return lane.WithTicket(context.Background(), tk)
+	}
+	// granted must get a slot, within far more looks than it needs.
+	granted := func(t *testing.T, g *Gate, ctx context.Context) func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		release, _, err := g.Acquire(ctx, false)
+		if err != nil {
+			t.Fatalf("no slot beside: %v", err)
+		}
+		return release
 	}
 	// notGranted waits a few of the gate's looks for a slot that must not come.
 	notGranted := func(t *testing.T, g *Gate, ctx context.Context, why string) {
@@ -334,64 +346,96 @@ func TestSlotBesidePullGivingWay(t *testing.T) {
 		}
 	}
 	link := lane.NewLink(lane.Slack)
+	unsized := lane.WithTicket(context.Background(), lane.NewTicket(base))
+	// Asked an hour ago: one due half an hour ago, late, and one due
+	// long before it.
+	askedAnHourAgo := func(cost time.Duration) context.Context {
+		tk := lane.NewTicket(base.Add(-time.Hour))
+		tk.Need(cost)
+		return lane.WithTicket(context.Background(), tk)
+	}
 	cases := []struct {
 		name    string
-		holder  time.Duration // the holder's cost
-		waiter  time.Duration
+		holder  context.Context
+		waiter  context.Context
 		pauses  bool // the holder's one body gives way
 		granted bool
 	}{
-		{name: "a small pull beside a large one giving way", holder: time.Hour, waiter: time.Second, pauses: true, granted: true},
-		{name: "not while the large one reads", holder: time.Hour, waiter: time.Second},
-		{name: "not for a pull within the slack", holder: 2 * time.Second, waiter: 1500 * time.Millisecond, pauses: true},
-		{name: "not for a pull behind", holder: time.Second, waiter: time.Hour, pauses: true},
+		{name: "a small pull beside a large one giving way", holder: pull(time.Hour), waiter: pull(time.Second), pauses: true, granted: true},
+		{name: "not while the large one reads", holder: pull(time.Hour), waiter: pull(time.Second)},
+		{name: "not for a pull within the slack", holder: pull(2 * time.Second), waiter: pull(1500 * time.Millisecond), pauses: true},
+		{name: "not for a pull behind", holder: pull(time.Second), waiter: pull(time.Hour), pauses: true},
+		{name: "not for a pull whose size is not known", holder: pull(time.Hour), waiter: unsized, pauses: true},
+		{name: "not beside a late pull", holder: askedAnHourAgo(30 * time.Minute), waiter: askedAnHourAgo(time.Second), pauses: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := New(1, 0)
-			hctx := pull(tc.holder)
-			release, _, err := g.Acquire(hctx, false)
+			release, _, err := g.Acquire(tc.holder, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer release()
-			body := link.Open(hctx, nil)
+			body := link.Open(tc.holder, nil)
 			defer body.Close()
-			body.Pausing(tc.pauses)
+			body.SetGivingWay(tc.pauses)
 			if !tc.granted {
-				notGranted(t, g, pull(tc.waiter), "")
+				notGranted(t, g, tc.waiter, "")
 				return
 			}
-			beside, waited, err := g.Acquire(pull(tc.waiter), false)
-			if err != nil {
-				t.Fatal(err)
+			beside := granted(t, g, tc.waiter)
+			if g.Running() != 2 {
+				t.Fatalf("running %d: want the holder's slot and one beside", g.Running())
 			}
-			if g.Running() != 2 || waited <= 0 {
-				t.Fatalf("running %d, waited %s: want 2 slots taken, the second after waiting", g.Running(), waited)
-			}
-			notGranted(t, g, pull(tc.waiter), "a second one beside the same pull")
+			notGranted(t, g, tc.waiter, "a second one beside the same pull")
 			beside()
 			if g.Running() != 1 {
 				t.Fatalf("running %d once the pull beside is done, want 1", g.Running())
 			}
 			// The holder may let another in once the first is gone.
-			again, _, err := g.Acquire(pull(tc.waiter), false)
-			if err != nil {
-				t.Fatal(err)
-			}
+			again := granted(t, g, tc.waiter)
 			// The holder ends first: the pull beside keeps its slot, and
 			// the limit holds again for the next.
 			release()
 			if g.Running() != 1 {
 				t.Fatalf("running %d once the holder is done, want the one beside", g.Running())
 			}
-			notGranted(t, g, pull(tc.waiter), "the holder is gone, the limit is full")
+			notGranted(t, g, tc.waiter, "the holder is gone, the limit is full")
 			again()
 			other := mustAcquire(t, g)
 			defer other()
-			notGranted(t, g, pull(tc.waiter), "beside a pull that is done")
+			notGranted(t, g, tc.waiter, "beside a pull that is done")
 		})
 	}
+
+	// holding takes a slot, bypassing the limit or not, for a large pull
+	// whose one body gives way.
+	holding := func(t *testing.T, g *Gate, bypass bool) {
+		ctx := pull(time.Hour)
+		release, _, err := g.Acquire(ctx, bypass)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(release)
+		body := link.Open(ctx, nil)
+		t.Cleanup(body.Close)
+		body.SetGivingWay(true)
+	}
+	t.Run("one beside each of two pulls giving way, and no third", func(t *testing.T) {
+		g := New(2, 0)
+		holding(t, g, false)
+		holding(t, g, false)
+		t.Cleanup(granted(t, g, pull(time.Second)))
+		t.Cleanup(granted(t, g, pull(time.Second)))
+		notGranted(t, g, pull(time.Second), "a third beside two pulls giving way")
+	})
+	t.Run("never more than the limit over it", func(t *testing.T) {
+		g := New(1, 0)
+		holding(t, g, false)
+		holding(t, g, true) // the sandbox image's, say: over the limit
+		holding(t, g, true)
+		notGranted(t, g, pull(time.Second), "with the slots over the limit by the limit already")
+	})
 }
 
 // TestSlotsBesideLeakNothing: pulls taking, giving up and ending slots
@@ -451,7 +495,7 @@ func TestSlotsBesideLeakNothing(t *testing.T) {
 		// At random times: toggled in step with the gate's looks, it
 		// could read on whenever they look.
 		for on := true; ; on = !on {
-			body.Pausing(on)
+			body.SetGivingWay(on)
 			select {
 			case <-stop:
 				return
@@ -459,18 +503,23 @@ func TestSlotsBesideLeakNothing(t *testing.T) {
 			}
 		}
 	}()
-	// The other holder ends midway: its slot goes to the line.
+	// With both slots held, the waiting pulls get only the one beside
+	// the large pull; then the other holder ends, and its slot goes to
+	// the line.
 	await.Until(t, 10*time.Second, "a pull to take a slot beside the large one", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return most > 0
 	})
+	mu.Lock()
+	if most > 1 {
+		t.Errorf("%d pulls held slots at once beside the large and the other, want 1", most)
+	}
+	mu.Unlock()
 	other()
 	wg.Wait()
 	close(stop)
 	<-toggled
-	// Beside the large pull's slot: the other's, handed on, and at most
-	// one beside the large one.
 	if most > limit {
 		t.Fatalf("%d pulls held slots at once beside the large one, want at most %d", most, limit)
 	}

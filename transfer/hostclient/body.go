@@ -129,7 +129,7 @@ func (b *body) yield() error {
 		}
 		b.download.give()
 		b.paused, b.pausedAt = true, time.Now()
-		b.flow.Pausing(true)
+		b.flow.SetGivingWay(true)
 	}
 	// One deadline for both waits below, so that the trickle comes every
 	// trickleEvery however the pause is spent between them.
@@ -152,7 +152,7 @@ func (b *body) yield() error {
 	}
 	b.download.retake(release)
 	b.paused = false
-	b.flow.Pausing(false)
+	b.flow.SetGivingWay(false)
 	lane.TicketOf(b.ctx).Waited(lane.WaitLink, time.Since(b.pausedAt))
 	return nil
 }

@@ -62,9 +62,12 @@ type Flow struct {
 	// thousands of times a second on a fast link.
 	moved atomic.Int64
 	asked every // Ask's; only the body's reader
-	// giving is set while the body gives way (Pausing), closed once
-	// Close has taken it off its ticket's count.
-	giving, closed atomic.Bool
+	// giving is set while the body gives way (SetGivingWay), closed once
+	// Close has taken it off its ticket's count. A mutex, not atomics:
+	// net/http lets Close run beside Read, and a pause counted after
+	// Close took the body off would stay counted.
+	mu             sync.Mutex
+	giving, closed bool
 }
 
 // Open adds a body of the pull that ctx's ticket belongs to, holding one
@@ -89,12 +92,15 @@ func (f *Flow) Moved() {
 	f.moved.Store(f.link.now().UnixNano())
 }
 
-// Pausing marks f as giving way to pulls ahead (on), or as reading on
-// again; its pull counts it (Ticket.GivesWay).
-func (f *Flow) Pausing(on bool) {
-	if f.closed.Load() || f.giving.Swap(on) == on {
+// SetGivingWay marks f as giving way to pulls ahead (on), or as reading
+// on again; its pull counts it (Ticket.GivesWay).
+func (f *Flow) SetGivingWay(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || f.giving == on {
 		return
 	}
+	f.giving = on
 	if on {
 		f.ticket.onLink(0, 1)
 	} else {
@@ -104,13 +110,18 @@ func (f *Flow) Pausing(on bool) {
 
 // Close removes the body from the link.
 func (f *Flow) Close() {
-	if f.closed.Swap(true) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
 		return
 	}
-	if f.giving.Swap(false) {
-		f.ticket.onLink(0, -1)
+	if f.giving {
+		f.ticket.onLink(-1, -1)
+	} else {
+		f.ticket.onLink(-1, 0)
 	}
-	f.ticket.onLink(-1, 0)
+	f.closed, f.giving = true, false
+	f.mu.Unlock()
 	f.link.mu.Lock()
 	delete(f.link.flows, f)
 	f.link.mu.Unlock()
@@ -160,16 +171,16 @@ func (l *Link) Unasked(ctx context.Context, places *Lane) *Flow {
 	return &Flow{link: l, places: places, ticket: TicketOf(ctx), opened: l.now()}
 }
 
-// Ask reports whether f is Behind, asking the link at most every poll and
+// Ask reports whether f is Behind, asking the link at most every Poll and
 // answering false in between; only the body's reader calls it, before
 // every Read.
 func (f *Flow) Ask() bool {
 	return f.asked.due() && f.Behind()
 }
 
-// Wait waits while f is Behind. The body it stands for counts as on the
-// link and giving way meanwhile (Ticket.GivesWay): its pull is held back
-// as surely as by a body paused.
+// Wait waits while f is Behind. Its pull counts the body it stands for
+// as one giving way meanwhile (Ticket.GivesWay): held back as surely as
+// a body paused, though it holds no one back.
 func (f *Flow) Wait(ctx context.Context) error {
 	f.ticket.onLink(1, 1)
 	defer f.ticket.onLink(-1, -1)
@@ -186,34 +197,26 @@ func (f *Flow) Yield(ctx context.Context, limit time.Duration) (behind bool, err
 	return waitWhile(ctx, f.Behind, time.After(limit))
 }
 
-// onLink adds to the count of t's bodies on the link and of those of
-// them giving way; nothing for work without a ticket. A body joins the
-// count of bodies before that of those giving way and leaves it after,
-// so that GivesWay, reading the two apart, never sees more giving way
-// than there are.
-func (t *Ticket) onLink(bodies, giving int32) {
+// onLink adds to the counts of t's bodies on the link and of those of
+// them giving way; nothing for work without a ticket.
+func (t *Ticket) onLink(bodies, giving int64) {
 	if t == nil {
 		return
 	}
-	if bodies > 0 {
-		t.bodies.Add(bodies)
-	}
-	t.giving.Add(giving)
-	if bodies < 0 {
-		t.bodies.Add(bodies)
-	}
+	t.link.Add(bodies<<32 + giving)
 }
 
 // GivesWay reports whether the pull has bodies on the link and every one
-// of them gives way to pulls ahead: paused (Pausing), or not asked for
-// until it would not pause (Wait). The pull holds its gate slot but
-// transfers nothing (transfer/gate lets a pull ahead of it take a slot
-// beside it). A late pull gives way to nobody: its bodies read on at
+// of them gives way to pulls ahead: paused (SetGivingWay), or not asked
+// for until it would not pause (Wait). Its slot at the gate then moves
+// none of its bytes, and transfer/gate lets a pull ahead of it take a
+// slot beside it. A late pull gives way to nobody: its bodies read on at
 // their next look.
 func (t *Ticket) GivesWay() bool {
 	if t == nil {
 		return false
 	}
-	b := t.bodies.Load()
-	return b > 0 && t.giving.Load() >= b
+	n := t.link.Load()
+	bodies, giving := n>>32, n&(1<<32-1)
+	return bodies > 0 && giving >= bodies
 }

@@ -212,13 +212,14 @@ func TestGivesWay(t *testing.T) {
 		want bool
 	}{
 		{"both bodies read", func() {}, false},
-		{"one paused", func() { a.Pausing(true) }, false},
-		{"both paused", func() { b.Pausing(true) }, true},
-		{"paused twice counts once", func() { b.Pausing(true); b.Pausing(false) }, false},
-		{"paused again", func() { b.Pausing(true) }, true},
-		{"one reads on", func() { a.Pausing(false) }, false},
+		{"one paused", func() { a.SetGivingWay(true) }, false},
+		{"both paused", func() { b.SetGivingWay(true) }, true},
+		{"paused twice counts once", func() { b.SetGivingWay(true); b.SetGivingWay(false) }, false},
+		{"paused again", func() { b.SetGivingWay(true) }, true},
+		{"one reads on", func() { a.SetGivingWay(false) }, false},
 		{"it closes: the other is paused", func() { a.Close(); a.Close() }, true},
-		{"the paused one closes: nothing on the link", func() { b.Close(); b.Pausing(false) }, false},
+		{"the paused one closes: nothing on the link", func() { b.Close(); b.SetGivingWay(false) }, false},
+		{"a closed body pausing counts for nothing", func() { b.SetGivingWay(true) }, false},
 	}
 	for _, s := range steps {
 		s.do()
@@ -227,14 +228,21 @@ func TestGivesWay(t *testing.T) {
 		}
 	}
 
-	// A body waiting unasked gives way for as long as it waits.
-	reading := l.Open(ctx, nil)
+	// A body waiting unasked gives way for as long as it waits, alone or
+	// beside a paused one, and not beside one that reads.
 	small := l.Open(due(20<<20), nil)
 	small.Moved()
 	waited := make(chan error, 1)
 	go func() { waited <- l.Unasked(ctx, nil).Wait(context.Background()) }()
-	reading.Pausing(true)
-	await.Until(t, 10*time.Second, "the pull to give way while its next body waits unasked", pull.GivesWay)
+	await.Until(t, 10*time.Second, "the pull to give way while its only body waits unasked", pull.GivesWay)
+	reading := l.Open(ctx, nil)
+	if pull.GivesWay() {
+		t.Fatal("gives way while a body of it reads beside the one waiting unasked")
+	}
+	reading.SetGivingWay(true)
+	if !pull.GivesWay() {
+		t.Fatal("does not give way with one body paused and one waiting unasked")
+	}
 	small.Close()
 	if err := <-waited; err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 // Poll is how often paused work looks again, and how often work that runs
 // on asks whether to pause: a question that takes a lane's lock and walks
 // its holders, asked before every Read of a body or a layer, would be
-// asked thousands of times a second; every Poll is well within the second
+// asked thousands of times a second; a Poll is well within the second
 // of slack a pause needs.
 const Poll = 20 * time.Millisecond
 
