@@ -139,9 +139,9 @@ func (g *Gate) grant(w *waiter) {
 }
 
 // look gives the first waiter in line a slot beside pulls giving way
-// (besides), every lane.Poll while pulls wait: a pull giving way says so
-// on its ticket, not to the gate. One look per gate, not one per
-// waiter: a line may be hundreds long, and each look scans it.
+// (grantBesides), every lane.Poll while pulls wait: a pull giving way
+// says so on its ticket, not to the gate. One look per gate, not one
+// per waiter: a line may be hundreds long, and each look scans it.
 func (g *Gate) look() {
 	t := time.NewTicker(lane.Poll)
 	defer t.Stop()
@@ -152,17 +152,18 @@ func (g *Gate) look() {
 			g.mu.Unlock()
 			return
 		}
-		g.besides()
+		g.grantBesides()
 		g.mu.Unlock()
 	}
 }
 
-// besides grants the first waiter in line a slot beside pulls giving way,
-// while there are more of them, ahead of which it is due by the slack,
-// than slots taken over the limit, and fewer over it than the limit. A
+// grantBesides grants the first waiter in line a slot beside pulls
+// giving way, while there are more of them, ahead of which it is due by
+// the slack, than slots taken over the limit, and fewer over it than
+// the limit. A
 // waiter not yet sized is due at its arrival, not ahead of anyone; a late
 // holder reads on at its bodies' next look. g.mu must be held.
-func (g *Gate) besides() {
+func (g *Gate) grantBesides() {
 	for g.waiting.Len() > 0 && g.running-g.limit < g.limit {
 		first := g.first()
 		w := first.Value.(*waiter)
@@ -200,7 +201,7 @@ func (g *Gate) releaseOnce(h *holder) func() {
 }
 
 // handOff frees h's slot: it goes to the first waiter in line, or back
-// to the pool. While slots are taken over the limit (besides), a freed
+// to the pool. While slots are taken over the limit (grantBesides), a freed
 // slot is not handed on: it ends one of those. g.mu must be held.
 func (g *Gate) handOff(h *holder) {
 	delete(g.holders, h)

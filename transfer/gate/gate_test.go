@@ -313,17 +313,21 @@ func costOf(bytes int64) time.Duration {
 	return time.Duration(bytes * int64(time.Second) / (100 << 20))
 }
 
+// asked is the context of a pull asked for at asked that costs cost.
+func asked(at time.Time, cost time.Duration) context.Context {
+	tk := lane.NewTicket(at)
+	tk.Need(cost)
+	return lane.WithTicket(context.Background(), tk)
+}
+
 // TestSlotBesidePullGivingWay: while every body of a pull holding a slot
 // gives way, the first pull in line, sized and due more than the slack
 // before it, takes a slot beside it: one per such pull, and the limit
 // holds again once either is done.
 func TestSlotBesidePullGivingWay(t *testing.T) {
-	base := time.Now()
-	pull := func(cost time.Duration) context.Context {
-		tk := lane.NewTicket(base)
-		tk.Need(cost)
-		return lane.WithTicket(context.Background(), tk)
-	}
+	// pull is asked for now: a case's holder is not late before it ends,
+	// however long the cases before it took.
+	pull := func(cost time.Duration) context.Context { return asked(time.Now(), cost) }
 	// granted must get a slot, within far more looks than it needs.
 	granted := func(t *testing.T, g *Gate, ctx context.Context) func() {
 		t.Helper()
@@ -346,65 +350,66 @@ func TestSlotBesidePullGivingWay(t *testing.T) {
 		}
 	}
 	link := lane.NewLink(lane.Slack)
-	unsized := lane.WithTicket(context.Background(), lane.NewTicket(base))
+	unsized := func() context.Context { return lane.WithTicket(context.Background(), lane.NewTicket(time.Now())) }
 	// Asked an hour ago: one due half an hour ago, late, and one due
 	// long before it.
-	askedAnHourAgo := func(cost time.Duration) context.Context {
-		tk := lane.NewTicket(base.Add(-time.Hour))
-		tk.Need(cost)
-		return lane.WithTicket(context.Background(), tk)
+	anHourAgo := func(cost time.Duration) func() context.Context {
+		return func() context.Context { return asked(time.Now().Add(-time.Hour), cost) }
+	}
+	now := func(cost time.Duration) func() context.Context {
+		return func() context.Context { return pull(cost) }
 	}
 	cases := []struct {
-		name    string
-		holder  context.Context
-		waiter  context.Context
-		pauses  bool // the holder's one body gives way
-		granted bool
+		name           string
+		holder, waiter func() context.Context // asked for as the case starts
+		pauses         bool                   // the holder's one body gives way
+		granted        bool
 	}{
-		{name: "a small pull beside a large one giving way", holder: pull(time.Hour), waiter: pull(time.Second), pauses: true, granted: true},
-		{name: "not while the large one reads", holder: pull(time.Hour), waiter: pull(time.Second)},
-		{name: "not for a pull within the slack", holder: pull(2 * time.Second), waiter: pull(1500 * time.Millisecond), pauses: true},
-		{name: "not for a pull behind", holder: pull(time.Second), waiter: pull(time.Hour), pauses: true},
-		{name: "not for a pull whose size is not known", holder: pull(time.Hour), waiter: unsized, pauses: true},
-		{name: "not beside a late pull", holder: askedAnHourAgo(30 * time.Minute), waiter: askedAnHourAgo(time.Second), pauses: true},
+		{name: "a small pull beside a large one giving way", holder: now(time.Hour), waiter: now(time.Second), pauses: true, granted: true},
+		{name: "not while the large one reads", holder: now(time.Hour), waiter: now(time.Second)},
+		{name: "not for a pull within the slack", holder: now(2 * time.Second), waiter: now(1500 * time.Millisecond), pauses: true},
+		{name: "not for a pull behind", holder: now(time.Second), waiter: now(time.Hour), pauses: true},
+		{name: "not for a pull whose size is not known", holder: now(time.Hour), waiter: unsized, pauses: true},
+		{name: "not beside a late pull", holder: anHourAgo(30 * time.Minute), waiter: anHourAgo(time.Second), pauses: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := New(1, 0)
-			release, _, err := g.Acquire(tc.holder, false)
+			holder := tc.holder()
+			release, _, err := g.Acquire(holder, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer release()
-			body := link.Open(tc.holder, nil)
+			body := link.Open(holder, nil)
 			defer body.Close()
 			body.SetGivingWay(tc.pauses)
 			if !tc.granted {
-				notGranted(t, g, tc.waiter, "")
+				notGranted(t, g, tc.waiter(), "")
 				return
 			}
-			beside := granted(t, g, tc.waiter)
+			beside := granted(t, g, tc.waiter())
 			if g.Running() != 2 {
 				t.Fatalf("running %d: want the holder's slot and one beside", g.Running())
 			}
-			notGranted(t, g, tc.waiter, "a second one beside the same pull")
+			notGranted(t, g, tc.waiter(), "a second one beside the same pull")
 			beside()
 			if g.Running() != 1 {
 				t.Fatalf("running %d once the pull beside is done, want 1", g.Running())
 			}
 			// The holder may let another in once the first is gone.
-			again := granted(t, g, tc.waiter)
+			again := granted(t, g, tc.waiter())
 			// The holder ends first: the pull beside keeps its slot, and
 			// the limit holds again for the next.
 			release()
 			if g.Running() != 1 {
 				t.Fatalf("running %d once the holder is done, want the one beside", g.Running())
 			}
-			notGranted(t, g, tc.waiter, "the holder is gone, the limit is full")
+			notGranted(t, g, tc.waiter(), "the holder is gone, the limit is full")
 			again()
 			other := mustAcquire(t, g)
 			defer other()
-			notGranted(t, g, tc.waiter, "beside a pull that is done")
+			notGranted(t, g, tc.waiter(), "beside a pull that is done")
 		})
 	}
 
@@ -445,11 +450,7 @@ func TestSlotsBesideLeakNothing(t *testing.T) {
 	const limit, pulls = 2, 40
 	g := New(limit, 0)
 	base := time.Now()
-	pull := func(cost time.Duration) context.Context {
-		tk := lane.NewTicket(base)
-		tk.Need(cost)
-		return lane.WithTicket(context.Background(), tk)
-	}
+	pull := func(cost time.Duration) context.Context { return asked(base, cost) }
 	large := pull(time.Hour)
 	releaseLarge, _, err := g.Acquire(large, false)
 	if err != nil {
@@ -458,6 +459,10 @@ func TestSlotsBesideLeakNothing(t *testing.T) {
 	other := mustAcquire(t, g)
 	body := lane.NewLink(lane.Slack).Open(large, nil)
 	defer body.Close()
+	// Giving way until the first pull is let in beside it, and then on
+	// and off (below): toggled from the start, every waiter could give
+	// up before a look found it giving way.
+	body.SetGivingWay(true)
 
 	var (
 		wg      sync.WaitGroup
@@ -469,7 +474,7 @@ func TestSlotsBesideLeakNothing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(pull(time.Second), time.Duration(rand.IntN(200))*time.Millisecond)
+			ctx, cancel := context.WithTimeout(pull(time.Second), time.Duration(50+rand.IntN(200))*time.Millisecond)
 			defer cancel()
 			release, _, err := g.Acquire(ctx, false)
 			if err != nil {
@@ -488,6 +493,14 @@ func TestSlotsBesideLeakNothing(t *testing.T) {
 			release()
 		}()
 	}
+	// With both slots held, the waiting pulls get only the one beside
+	// the large pull; then the other holder ends, and its slot goes to
+	// the line.
+	await.Until(t, 10*time.Second, "a pull to take a slot beside the large one", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return most > 0
+	})
 	stop := make(chan struct{})
 	toggled := make(chan struct{})
 	go func() {
@@ -503,14 +516,6 @@ func TestSlotsBesideLeakNothing(t *testing.T) {
 			}
 		}
 	}()
-	// With both slots held, the waiting pulls get only the one beside
-	// the large pull; then the other holder ends, and its slot goes to
-	// the line.
-	await.Until(t, 10*time.Second, "a pull to take a slot beside the large one", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return most > 0
-	})
 	mu.Lock()
 	if most > 1 {
 		t.Errorf("%d pulls held slots at once beside the large and the other, want 1", most)

@@ -50,9 +50,8 @@
 //     gate, sized and ahead of it, takes a slot beside it
 //     (transfer/gate): over the limit by one per such pull, and by the
 //     limit at most. A slot is capacity too: without this, a large pull
-//     asked for first held one of three slots through a fetch paused
-//     for every small pull after it, and the small pulls shared the
-//     other two.
+//     asked for first holds its slot through a fetch that pauses for
+//     every small pull after it, and the small pulls share the rest.
 //   - early: a layer written while its blob arrives (transfer/early) only
 //     moves earlier what would otherwise run after its last byte, so it
 //     gives way to every pull ahead in flight, whatever the pressure:
