@@ -34,8 +34,7 @@ type Gate struct {
 	timeout time.Duration
 
 	mu      sync.Mutex
-	running int                  // slots taken, those beside included
-	holders map[*holder]struct{} // the pulls holding them
+	holders map[*holder]struct{} // the pulls holding slots, those beside included
 	waiting *list.List           // of *waiter, in arrival order
 	looking bool                 // look is running
 }
@@ -82,8 +81,8 @@ func (g *Gate) Acquire(ctx context.Context, bypass bool) (release func(), waited
 	start := time.Now()
 	h := &holder{ticket: lane.TicketOf(ctx), at: start}
 	g.mu.Lock()
-	if bypass || g.limit == 0 || (g.running < g.limit && g.waiting.Len() == 0) {
-		g.take(h)
+	if bypass || g.limit == 0 || (len(g.holders) < g.limit && g.waiting.Len() == 0) {
+		g.holders[h] = struct{}{}
 		g.mu.Unlock()
 		return g.releaseOnce(h), 0, nil
 	}
@@ -125,14 +124,8 @@ func (g *Gate) Acquire(ctx context.Context, bypass bool) (release func(), waited
 	return nil, time.Since(start), err
 }
 
-// take gives h a slot. g.mu must be held.
-func (g *Gate) take(h *holder) {
-	g.running++
-	g.holders[h] = struct{}{}
-}
-
-// grant wakes the waiter w, taken out of line, as a holder; the caller
-// counts its slot. g.mu must be held.
+// grant wakes the waiter w, taken out of line, as a holder. g.mu must
+// be held.
 func (g *Gate) grant(w *waiter) {
 	g.holders[w.holder] = struct{}{}
 	close(w.ready)
@@ -164,7 +157,7 @@ func (g *Gate) look() {
 // waiter not yet sized is due at its arrival, not ahead of anyone; a late
 // holder reads on at its bodies' next look. g.mu must be held.
 func (g *Gate) grantBesides() {
-	for g.waiting.Len() > 0 && g.running-g.limit < g.limit {
+	for g.waiting.Len() > 0 && len(g.holders)-g.limit < g.limit {
 		first := g.first()
 		w := first.Value.(*waiter)
 		if _, sized := w.holder.ticket.Cost(); !sized {
@@ -176,13 +169,12 @@ func (g *Gate) grantBesides() {
 				aside++
 			}
 		}
-		if aside <= g.running-g.limit {
+		if aside <= len(g.holders)-g.limit {
 			return
 		}
 		g.waiting.Remove(first)
 		w.holder.beside = true
 		g.grant(w)
-		g.running++
 	}
 }
 
@@ -205,13 +197,11 @@ func (g *Gate) releaseOnce(h *holder) func() {
 // slot is not handed on: it ends one of those. g.mu must be held.
 func (g *Gate) handOff(h *holder) {
 	delete(g.holders, h)
-	if g.waiting.Len() > 0 && (g.limit == 0 || g.running <= g.limit) {
+	if g.waiting.Len() > 0 && (g.limit == 0 || len(g.holders) < g.limit) {
 		first := g.first()
 		g.waiting.Remove(first)
 		g.grant(first.Value.(*waiter))
-		return
 	}
-	g.running--
 }
 
 // first is the waiter first in line: earliest due, and between equal
@@ -234,14 +224,14 @@ func (g *Gate) first() *list.Element {
 func (g *Gate) Full() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.limit > 0 && (g.running >= g.limit || g.waiting.Len() > 0)
+	return g.limit > 0 && (len(g.holders) >= g.limit || g.waiting.Len() > 0)
 }
 
 // Running and Waiting report the gate's state for metrics.
 func (g *Gate) Running() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.running
+	return len(g.holders)
 }
 
 // Waiting is the number of pulls queued for a slot.
