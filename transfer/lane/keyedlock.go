@@ -98,27 +98,56 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 }
 
 // lend sets t's lent due to the earliest due of the work waiting on keys
-// t holds, and returns t if it moved earlier. k.mu must be held.
+// t holds, and each key's (Ticket.OwnDueUnder), and returns t if either
+// moved earlier. k.mu must be held.
 func (k *KeyedLock) lend(t *Ticket) *Ticket {
 	if t == nil {
 		return nil
 	}
 	var earliest int64
-	for _, l := range k.locks {
+	var on map[string]int64
+	for key, l := range k.locks {
 		if l.holder != t {
 			continue
 		}
 		for w := range l.waiters {
-			if d := w.Due().UnixNano(); w != t && (earliest == 0 || d < earliest) {
+			if w == t {
+				continue
+			}
+			d := w.Due().UnixNano()
+			if earliest == 0 || d < earliest {
 				earliest = d
+			}
+			if on == nil {
+				on = map[string]int64{}
+			}
+			if e, ok := on[key]; !ok || d < e {
+				on[key] = d
 			}
 		}
 	}
 	before := t.lent.Swap(earliest)
-	if earliest != 0 && (before == 0 || earliest < before) {
+	moved := earliest != 0 && (before == 0 || earliest < before)
+	var was map[string]int64
+	if p := t.lentOn.Swap(mapOrNil(on)); p != nil {
+		was = *p
+	}
+	for key, d := range on {
+		if e, ok := was[key]; !ok || d < e {
+			moved = true
+		}
+	}
+	if moved {
 		return t
 	}
 	return nil
+}
+
+func mapOrNil(m map[string]int64) *map[string]int64 {
+	if m == nil {
+		return nil
+	}
+	return &m
 }
 
 // moved tells the lines that t is due earlier.

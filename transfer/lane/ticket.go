@@ -29,6 +29,9 @@ type Ticket struct {
 	// lent is the due of the earliest pull waiting on a lock this pull
 	// holds (KeyedLock), UnixNano; 0: none.
 	lent atomic.Int64
+	// lentOn is that due per lock: the earliest due of the pulls waiting
+	// on each lock this pull holds, by key (UnixNano); nil: none.
+	lentOn atomic.Pointer[map[string]int64]
 	// waits are the pull's work's waits for others' so far, by kind
 	// (Waited).
 	waits [waitKinds]atomic.Int64
@@ -82,6 +85,28 @@ func (t *Ticket) OwnDueOr(at time.Time) time.Time {
 		return at
 	}
 	return t.OwnDue()
+}
+
+// OwnDueUnder is when work of the pull done under the lock key
+// (KeyedLock; "" for none) is due to other pulls' work: its own due, or,
+// while a pull due earlier waits on that lock, that pull's due. Work under
+// a lock others wait on is the one piece of the pull that holds them up:
+// a layer whose chain's snapshot another image shares (Guards). It takes
+// extra places and counts among the work ahead by the waiter's due, as
+// the waiter's own work would; the pull's other work does not (OwnDue),
+// since every layer of a large image doing so would pass the small pull
+// it lends for.
+func (t *Ticket) OwnDueUnder(key string, at time.Time) time.Time {
+	if t == nil {
+		return at
+	}
+	d := t.due.Load()
+	if m := t.lentOn.Load(); m != nil && key != "" {
+		if l, ok := (*m)[key]; ok && l < d {
+			d = l
+		}
+	}
+	return time.Unix(0, d)
 }
 
 // DueOr is t's Due, or at for work without a ticket, which lines up at the
