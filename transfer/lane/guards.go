@@ -8,6 +8,8 @@ import (
 
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
+
+	"github.com/pullwise/pullwise/transfer/layerdir"
 )
 
 // Guards knows, for each layer containerd's unpacker writes, the lock it
@@ -17,12 +19,9 @@ import (
 // the snapshot's mounts only, so a layer is known by the directory they
 // write to, from the Prepare that returned them (Snapshotter) to the
 // snapshot's commit or removal.
-//
-// In parallel mode containerd holds a chain's lock until the layer's
-// commit, and commits an image's layers in order, so the waiter also
-// waits on the layers below; those are asked for first and hold their
-// places by then, or have the lock's due lent to their whole pull in
-// line (Lend).
+// Layers written to other snapshotters' mounts (btrfs, devmapper, remote
+// ones; layerdir.Of) are known by no lock, and go by their pull's
+// due as before.
 type Guards struct {
 	mu    sync.Mutex
 	byDir map[string]string // directory written → lock key
@@ -40,7 +39,7 @@ func (g *Guards) of(mounts []mount.Mount) string {
 	if g == nil {
 		return ""
 	}
-	dir, ok := writtenDir(mounts)
+	dir, ok := layerdir.Of(mounts)
 	if !ok {
 		return ""
 	}
@@ -50,6 +49,9 @@ func (g *Guards) of(mounts []mount.Mount) string {
 }
 
 func (g *Guards) put(key, dir, lock string) {
+	if g == nil {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.dirs[key] = dir
@@ -57,6 +59,9 @@ func (g *Guards) put(key, dir, lock string) {
 }
 
 func (g *Guards) forget(key string) {
+	if g == nil {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if dir, ok := g.dirs[key]; ok {
@@ -72,29 +77,8 @@ func (g *Guards) len() int {
 	return len(g.dirs)
 }
 
-// writtenDir is the directory a layer's snapshot mounts write to: a bind
-// mount's source (the first layer in parallel mode, the native
-// snapshotter), or an overlay's upper directory (containerd's bindToOverlay
-// of the same snapshot for the layers above, or overlayfs's own mounts).
-func writtenDir(mounts []mount.Mount) (string, bool) {
-	if len(mounts) != 1 {
-		return "", false
-	}
-	switch m := mounts[0]; m.Type {
-	case "bind":
-		return m.Source, m.Source != ""
-	case "overlay":
-		for _, o := range m.Options {
-			if v, ok := strings.CutPrefix(o, "upperdir="); ok {
-				return v, v != ""
-			}
-		}
-	}
-	return "", false
-}
-
-// Snapshotter records in Guards the chain lock of each layer snapshot
-// containerd's unpacker prepares.
+// Snapshotter records in Guards (nil: nowhere) the chain lock of each
+// layer snapshot containerd's unpacker prepares.
 type Snapshotter struct {
 	snapshots.Snapshotter
 	// Name is the snapshotter's name, which the unpacker's chain locks
@@ -118,7 +102,7 @@ func (s Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...sn
 		}
 	}
 	if chain := info.Labels[snapshots.LabelSnapshotRef]; chain != "" {
-		if dir, ok := writtenDir(m); ok {
+		if dir, ok := layerdir.Of(m); ok {
 			s.Guards.put(key, dir, chainLock(s.Name, chain))
 		}
 	}

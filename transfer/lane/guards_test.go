@@ -42,6 +42,9 @@ func TestGuards(t *testing.T) {
 	}{
 		{name: "the first layer", key: "extract-1 sha256:aa", labels: ref("sha256:aa"), want: "sn://overlayfs/sha256:aa"},
 		{name: "a layer above, as an overlay", key: "extract-2 sha256:bb", labels: ref("sha256:bb"), mounts: overlay, want: "sn://overlayfs/sha256:bb"},
+		{name: "a layer on its parent, as overlayfs mounts it", key: "extract-6 sha256:ab", labels: ref("sha256:ab"), mounts: func(m []mount.Mount) []mount.Mount {
+			return []mount.Mount{{Type: "overlay", Source: "overlay", Options: []string{"workdir=/w", "upperdir=" + m[0].Source, "lowerdir=/l1:/l2"}}}
+		}, want: "sn://overlayfs/sha256:ab"},
 		{name: "committed", key: "extract-3 sha256:cc", labels: ref("sha256:cc"), end: func(s Snapshotter, key string) error {
 			return s.Commit(context.Background(), "sha256:cc", key)
 		}},

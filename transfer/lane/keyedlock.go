@@ -126,12 +126,14 @@ func (k *KeyedLock) lend(t *Ticket) *Ticket {
 			}
 		}
 	}
-	before := t.lent.Swap(earliest)
-	moved := earliest != 0 && (before == 0 || earliest < before)
+	// Per key first: a reader that sees the whole pull's due move sees
+	// the key's too.
 	var was map[string]int64
 	if p := t.lentOn.Swap(mapOrNil(on)); p != nil {
 		was = *p
 	}
+	before := t.lent.Swap(earliest)
+	moved := earliest != 0 && (before == 0 || earliest < before)
 	for key, d := range on {
 		if e, ok := was[key]; !ok || d < e {
 			moved = true
@@ -143,6 +145,8 @@ func (k *KeyedLock) lend(t *Ticket) *Ticket {
 	return nil
 }
 
+// mapOrNil is a pointer to m, nil for no map: a ticket that lends nothing
+// keeps no map to look in.
 func mapOrNil(m map[string]int64) *map[string]int64 {
 	if m == nil {
 		return nil

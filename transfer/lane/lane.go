@@ -281,8 +281,8 @@ func (l *Lane) Lend(t *Ticket) {
 	l.grantExtras()
 }
 
-// First is the own due (Ticket.OwnDue) of the first in line, if any:
-// work gives way to it by that, not by a due its pull lends.
+// First is the own due of the first in line (waiter.ownDue), if any: work
+// gives way to it by that, not by a due its whole pull lends.
 func (l *Lane) First() (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

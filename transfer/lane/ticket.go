@@ -76,7 +76,8 @@ func (t *Ticket) Due() time.Time {
 
 // OwnDue is when the pull is due by its own ask and cost, without a due
 // it lends (Due). Lateness, extra places (Extra) and whom other work gives
-// way to go by it: a lent due serves only the lender's own turns.
+// way to go by it, but for work done under a lock others wait on
+// (OwnDueUnder): a due lent to the whole pull serves only its own turns.
 func (t *Ticket) OwnDue() time.Time { return time.Unix(0, t.due.Load()) }
 
 // OwnDueOr is t's OwnDue, or at for work without a ticket.
@@ -179,7 +180,7 @@ func NewExtra(limit int, slack time.Duration) Extra {
 
 // May reports whether work with ticket t, due at mine, may take an extra
 // place beside holders, the dues of the work holding places now. Both are
-// own dues (Ticket.OwnDue).
+// own dues (Ticket.OwnDue, or OwnDueUnder for work under a lock waited on).
 func (e *Extra) May(t *Ticket, mine time.Time, holders iter.Seq[time.Time]) bool {
 	if e.slack == 0 || e.taken >= e.limit {
 		return false
