@@ -117,4 +117,12 @@ func TestUnpackerLocksLend(t *testing.T) {
 	if a.Guards == nil || guarded.Guards != a.Guards || guarded.Name != "overlayfs" {
 		t.Errorf("the platform's snapshotter (%T) does not tell the applier's lane which chain lock a layer is written under", u.platforms[0].Snapshotter)
 	}
+	// With small_pulls_first off nothing takes extra places: no layer is
+	// known by its lock.
+	c := defaultConfig()
+	c.SmallPullsFirst = false
+	off := newUnpacking(c, nil, turns, []unpack.Platform{{SnapshotterKey: "overlayfs"}}, nil)
+	if a, ok := off.platforms[0].Applier.(lane.Applier); !ok || a.Guards != nil {
+		t.Errorf("with small_pulls_first off the applier is %#v, want one without Guards", off.platforms[0].Applier)
+	}
 }

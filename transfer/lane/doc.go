@@ -71,9 +71,9 @@
 //     keeps its layers and bodies from giving way. The layer written
 //     under the lock waited on (Guards: containerd's unpacker takes a
 //     chain's lock before it prepares the layer's snapshot) goes by the
-//     lent due in the unpack lane as by its own (Ticket.OwnDueUnder): it
-//     takes an extra place by it, and others' layers count it among the
-//     work ahead. The holder's other work goes by its own due: lateness,
+//     waiter's own due in the unpack lane as by its own, but for lateness
+//     (Ticket.OwnDueUnder): it takes an extra place by it, and others'
+//     layers count it among the work ahead. The holder's other work goes by its own due: lateness,
 //     extra places, and whom other work gives way to or passes. Lent to
 //     the whole pull, any layer of a large image could take an extra
 //     place while a small pull waited on its lock, and the small pulls

@@ -55,7 +55,15 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 	select {
 	case l.ch <- struct{}{}:
 		l.holder = mine
+		// A waiter that had not reached its receive when the key was
+		// freed waits on this pull now: it lends as it would to the
+		// holder it found.
+		var lent *Ticket
+		if len(l.waiters) > 0 {
+			lent = k.lend(mine)
+		}
 		k.mu.Unlock()
+		k.moved(lent)
 		return nil
 	default:
 	}
@@ -98,8 +106,9 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 }
 
 // lend sets t's lent due to the earliest due of the work waiting on keys
-// t holds, and each key's (Ticket.OwnDueUnder), and returns t if either
-// moved earlier. k.mu must be held.
+// t holds, and each key's to the earliest own due of its waiters
+// (Ticket.OwnDueUnder), and returns t if either moved earlier. k.mu must
+// be held.
 func (k *KeyedLock) lend(t *Ticket) *Ticket {
 	if t == nil {
 		return nil
@@ -118,11 +127,15 @@ func (k *KeyedLock) lend(t *Ticket) *Ticket {
 			if earliest == 0 || d < earliest {
 				earliest = d
 			}
+			// A key's due is its waiters' own: one they lend in turn
+			// would outlive its lender here, since only a lock's own
+			// events recompute it.
+			own := w.OwnDue().UnixNano()
 			if on == nil {
 				on = map[string]int64{}
 			}
-			if e, ok := on[key]; !ok || d < e {
-				on[key] = d
+			if e, ok := on[key]; !ok || own < e {
+				on[key] = own
 			}
 		}
 	}

@@ -43,8 +43,8 @@ type queued struct {
 	running, extra int // places held, and how many of them extra
 	late           bool
 	// lead is how long before the earliest-due holder the work is due
-	// (own dues); unless late, it takes an extra place only when lead >
-	// slack.
+	// (own dues, or a lock's, holder.ownDue); unless late, it takes an
+	// extra place only when lead > slack.
 	lead time.Duration
 }
 
@@ -267,7 +267,7 @@ func (l *Lane) grant(w *waiter, extra bool) {
 // holds may have made earlier (KeyedLock): a layer of a pull that others
 // wait on must not wait behind work due after them. Work of t done under
 // a lock that is now waited on may take an extra place at once
-// (Ticket.OwnDueUnder).
+// (Ticket.OwnDueUnder), and so may any work in line that may take one now.
 func (l *Lane) Lend(t *Ticket) {
 	due := t.Due()
 	l.mu.Lock()

@@ -11,9 +11,11 @@ import (
 )
 
 // Of is the directory a layer's snapshot mounts write to: a bind mount's
-// source (containerd's first layer in parallel mode, the native
-// snapshotter), or an overlay's upper directory (bindToOverlay's of the
-// same snapshot for the layers above, or overlayfs's own mounts). Other
+// source (overlayfs's for a layer without a parent, which is every layer
+// containerd prepares in parallel mode; the native snapshotter's), or an
+// overlay's upper directory (what containerd makes of such a bind for a
+// layer above the first in parallel mode, or overlayfs's own mounts on a
+// parent). Other
 // snapshotters' mounts (btrfs, devmapper, remote ones) name none.
 func Of(mounts []mount.Mount) (string, bool) {
 	if len(mounts) != 1 {
