@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"sync"
 	"testing"
 
@@ -15,13 +14,14 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/core/unpack"
-	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/pullwise/pullwise/internal/contenttest"
 )
 
 // TestGuardsNameTheUnpackersLocks: containerd's own unpacker, sequential
@@ -33,10 +33,7 @@ func TestGuardsNameTheUnpackersLocks(t *testing.T) {
 	for _, parallel := range []bool{false, true} {
 		t.Run(fmt.Sprintf("parallel=%v", parallel), func(t *testing.T) {
 			ctx := context.Background()
-			cs, err := local.NewLabeledStore(t.TempDir(), &labels{m: map[digest.Digest]map[string]string{}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cs := contenttest.NewStore(t)
 			manifest, layers, diffIDs := writeImage(t, cs, 3)
 			chains := identity.ChainIDs(append([]digest.Digest(nil), diffIDs...))
 
@@ -182,40 +179,4 @@ func writeImage(t *testing.T, cs content.Store, n int) (ocispec.Descriptor, []oc
 		t.Fatal(err)
 	}
 	return put(ocispec.MediaTypeImageManifest, m), layers, diffIDs
-}
-
-// labels keeps a content store's labels in memory: the unpacker labels a
-// layer's blob with its diff ID once committed.
-type labels struct {
-	mu sync.Mutex
-	m  map[digest.Digest]map[string]string
-}
-
-func (l *labels) Get(d digest.Digest) (map[string]string, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return maps.Clone(l.m[d]), nil
-}
-
-func (l *labels) Set(d digest.Digest, m map[string]string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.m[d] = maps.Clone(m)
-	return nil
-}
-
-func (l *labels) Update(d digest.Digest, m map[string]string) (map[string]string, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.m[d] == nil {
-		l.m[d] = map[string]string{}
-	}
-	for k, v := range m {
-		if v == "" {
-			delete(l.m[d], k)
-		} else {
-			l.m[d][k] = v
-		}
-	}
-	return maps.Clone(l.m[d]), nil
 }
