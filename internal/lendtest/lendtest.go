@@ -75,6 +75,9 @@ func HolderGoesFirst(t *testing.T, locks *lane.KeyedLock, line Line, giveUp bool
 	locked := make(chan error, 1)
 	go func() { locked <- locks.Lock(ctx, "key") }()
 	await.Until(t, 10*time.Second, "the holder to be due with the waiter", func() bool { return holder.Due().Equal(waiter.Due()) })
+	if got := holder.OwnDueUnder("key", base); !got.Equal(waiter.OwnDue()) {
+		t.Fatalf("the holder's work under the key due %v, want the waiter's %v", got.Sub(base), waiter.OwnDue().Sub(base))
+	}
 	// The lock tells the lines after the holder's due has moved: freeing
 	// the place in between would serve the line as it was.
 	await.Until(t, 10*time.Second, "the holder's work to be first in line", func() bool { return line.First() == holder })
@@ -89,8 +92,8 @@ func HolderGoesFirst(t *testing.T, locks *lane.KeyedLock, line Line, giveUp bool
 		if err := <-locked; !errors.Is(err, context.Canceled) {
 			t.Fatalf("the waiter that gave up got %v, want context.Canceled", err)
 		}
-		if !holder.Due().Equal(own) {
-			t.Fatalf("holder due %v after the waiter gave up, want its own %v", holder.Due().Sub(base), own.Sub(base))
+		if !holder.Due().Equal(own) || !holder.OwnDueUnder("key", base).Equal(own) {
+			t.Fatalf("holder due %v, %v under the key, after the waiter gave up, want its own %v", holder.Due().Sub(base), holder.OwnDueUnder("key", base).Sub(base), own.Sub(base))
 		}
 		locks.Unlock("key")
 		return
@@ -99,8 +102,8 @@ func HolderGoesFirst(t *testing.T, locks *lane.KeyedLock, line Line, giveUp bool
 	if err := <-locked; err != nil {
 		t.Fatal(err)
 	}
-	if !holder.Due().Equal(own) {
-		t.Fatalf("holder due %v after unlocking, want its own %v", holder.Due().Sub(base), own.Sub(base))
+	if !holder.Due().Equal(own) || !holder.OwnDueUnder("key", base).Equal(own) {
+		t.Fatalf("holder due %v, %v under the key, after unlocking, want its own %v", holder.Due().Sub(base), holder.OwnDueUnder("key", base).Sub(base), own.Sub(base))
 	}
 	locks.Unlock("key")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/pullwise/pullwise/transfer/commits"
 	"github.com/pullwise/pullwise/transfer/gunzip"
 	"github.com/pullwise/pullwise/transfer/lane"
+	"github.com/pullwise/pullwise/transfer/lazy"
 )
 
 func TestParallelUnpack(t *testing.T) {
@@ -103,7 +104,25 @@ func TestUnpackerLocksLend(t *testing.T) {
 		t.Run(name, func(t *testing.T) { lendtest.HolderGoesFirst(t, u.chains, line, false) })
 	}
 	// The lane lent to is the one the layers are written through.
-	if a, ok := u.platforms[0].Applier.(lane.Applier); !ok || a.Lane != u.unpacks {
-		t.Errorf("the platform's applier is %T, not a lane.Applier on the lane the locks lend to", u.platforms[0].Applier)
+	a, ok := u.platforms[0].Applier.(lane.Applier)
+	if !ok || a.Lane != u.unpacks {
+		t.Fatalf("the platform's applier is %T, not a lane.Applier on the lane the locks lend to", u.platforms[0].Applier)
+	}
+	// The lane knows which layer a chain's lock is taken for from the
+	// snapshots prepared through the platform's snapshotter.
+	var guarded lane.Snapshotter
+	if l, ok := u.platforms[0].Snapshotter.(lazy.Snapshotter); ok {
+		guarded, _ = l.Snapshotter.(lane.Snapshotter)
+	}
+	if a.Guards == nil || guarded.Guards != a.Guards || guarded.Name != "overlayfs" {
+		t.Errorf("the platform's snapshotter (%T) does not tell the applier's lane which chain lock a layer is written under", u.platforms[0].Snapshotter)
+	}
+	// With small_pulls_first off nothing takes extra places: no layer is
+	// known by its lock.
+	c := defaultConfig()
+	c.SmallPullsFirst = false
+	off := newUnpacking(c, nil, turns, []unpack.Platform{{SnapshotterKey: "overlayfs"}}, nil)
+	if a, ok := off.platforms[0].Applier.(lane.Applier); !ok || a.Guards != nil {
+		t.Errorf("with small_pulls_first off the applier is %#v, want one without Guards", off.platforms[0].Applier)
 	}
 }

@@ -80,6 +80,12 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 	// and its writes waiting for their turn: the blob's commit, the
 	// snapshot's, are made under the lock.
 	u.chains = lane.NewKeyedLock(u.unpacks, turns)
+	// The layer a chain's lock is taken for, known to the lane, takes
+	// extra places by the due its waiters lend.
+	var guards *lane.Guards
+	if c.SmallPullsFirst {
+		guards = lane.NewGuards()
+	}
 	// Only the layers containerd unpacks in parallel are read through
 	// Pullwise's own applier (transfer/implied), which can read a blob as
 	// it arrives.
@@ -104,9 +110,12 @@ func newUnpacking(c *config, db *metadata.DB, turns *commits.Turns, configured, 
 		up.ApplyOpts = append(slices.Clip(up.ApplyOpts), gunzip.WithBlobSize())
 		// CRI's apply options (image_pull_with_sync_fs, decryption) reach
 		// its pulls' layers through the context (transfer/applyopts).
-		up.Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: u.ratio}}, Lane: u.unpacks, Costs: u.costs}
+		up.Applier = lane.Applier{Applier: applyopts.Applier{Applier: space.Applier{Applier: a, Ratio: u.ratio}}, Lane: u.unpacks, Costs: u.costs, Guards: guards}
 		if u.early != nil {
 			up.Applier = early.Applier{Applier: up.Applier, Node: u.early, Reads: implied.Reads}
+		}
+		if guards != nil {
+			up.Snapshotter = lane.Snapshotter{Snapshotter: up.Snapshotter, Name: up.SnapshotterKey, Guards: guards}
 		}
 		up.Snapshotter = lazy.Snapshotter{Snapshotter: up.Snapshotter}
 		u.platforms = append(u.platforms, up)

@@ -18,6 +18,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sys/unix"
+
+	"github.com/pullwise/pullwise/transfer/layerdir"
 )
 
 // Applier applies the layers containerd unpacks in parallel itself, and
@@ -116,21 +118,10 @@ func parallelUpper(mounts []mount.Mount) (string, bool) {
 	if len(mounts) != 1 || mounts[0].Type != "overlay" || userns.RunningInUserNS() {
 		return "", false
 	}
-	if _, ok := overlayOption(mounts[0], "lowerdir="); ok {
+	if _, ok := layerdir.Option(mounts[0], "lowerdir="); ok {
 		return "", false
 	}
-	return overlayOption(mounts[0], "upperdir=")
-}
-
-// overlayOption returns the value of an overlay mount's option, such as
-// "upperdir=".
-func overlayOption(m mount.Mount, prefix string) (string, bool) {
-	for _, o := range m.Options {
-		if v, ok := strings.CutPrefix(o, prefix); ok {
-			return v, v != ""
-		}
-	}
-	return "", false
+	return layerdir.Of(mounts)
 }
 
 // headers records, from a layer's tar headers, the directories it lists

@@ -16,6 +16,8 @@ import (
 	"github.com/containerd/continuity/sysx"
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
+
+	"github.com/pullwise/pullwise/transfer/layerdir"
 )
 
 // Snapshotter is the snapshotter containerd's unpacker commits layers
@@ -106,7 +108,7 @@ func layerDirs(mounts []mount.Mount) ([]string, error) {
 		return []string{dir}, nil
 	}
 	if len(mounts) == 1 && mounts[0].Type == "overlay" {
-		if lower, ok := overlayOption(mounts[0], "lowerdir="); ok {
+		if lower, ok := layerdir.Option(mounts[0], "lowerdir="); ok {
 			return strings.Split(lower, ":"), nil
 		}
 	}

@@ -17,15 +17,17 @@ import (
 // each layer took, pauses left out, teaches Costs.
 type Applier struct {
 	diff.Applier
-	Lane  *Lane
-	Costs *Costs // nil: nothing learned
+	Lane   *Lane
+	Costs  *Costs  // nil: nothing learned
+	Guards *Guards // nil: no layer is known by the lock it is written under
 }
 
 // Apply implements diff.Applier. The layer's reader may be paced
 // (PacerOf), for the pulls ahead of it.
 func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mount.Mount, opts ...diff.ApplyOpt) (ocispec.Descriptor, error) {
 	asked := time.Now()
-	h, err := a.Lane.acquire(ctx)
+	guard := a.Guards.of(mounts)
+	h, err := a.Lane.acquire(ctx, guard)
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("wait to unpack %s: %w", desc.Digest, err)
 	}
@@ -55,6 +57,11 @@ func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mo
 		// extra: the place was one beyond the lane's limit (Extra), which
 		// says who passed whom when layers wait.
 		"extra": h != nil && h.extra,
+	}
+	if guard != "" {
+		// under: the chain lock the layer was written under, which an
+		// image sharing the chain may have waited on.
+		fields["under"] = guard
 	}
 	if h != nil && h.queued != nil {
 		// The lane as the layer found it when it had to wait.

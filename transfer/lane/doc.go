@@ -66,18 +66,20 @@
 //     lock on a blob or a layer's chain that both images share,
 //     KeyedLock) is due as early as that pull while it holds it, so the
 //     waiter is not held up behind work due before the holder (priority
-//     inheritance). A lent due is for the holder's own turns only: its
-//     work waiting in the lines it does under the lock (unpack places,
-//     write turns) moves up, and its layers and bodies do not give way.
-//     Download places are not told, untried: the lend, the whole pull's,
-//     would move every blob of a large image ahead of small pulls' own.
-//     Everything else goes by own dues (Ticket.OwnDue): lateness, extra
-//     places, and whom other work gives way to or passes. A lent due is
-//     the whole pull's: counted for extra places, any layer of a large
-//     image could take one while a small pull waited on its lock, and the
-//     small pulls came later (an A/B in docs/pull-gate.md). Only the work
-//     under the held lock should have it, which needs a chain ID mapped
-//     to its layer. That is untried.
+//     inheritance). The lent due moves the holder's work waiting in the
+//     lines it does under the lock (unpack places, write turns) up, and
+//     keeps its layers and bodies from giving way. The layer written
+//     under the lock waited on (Guards: containerd's unpacker takes a
+//     chain's lock before it prepares the layer's snapshot) goes by the
+//     waiter's own due in the unpack lane as by its own, but for lateness
+//     (Ticket.OwnDueUnder): it takes an extra place by it, and others'
+//     layers count it among the work ahead. The holder's other work goes by its own due: lateness,
+//     extra places, and whom other work gives way to or passes. Lent to
+//     the whole pull, any layer of a large image could take an extra
+//     place while a small pull waited on its lock, and the small pulls
+//     came later (an A/B in docs/benchmarks-history.md); lent to none, the
+//     layer the small pull waits for could wait for a place behind the
+//     large image's own layers. Download places are not told, untried.
 //
 // A priority queue is written here because no semaphore in the standard
 // library or golang.org/x/sync orders its waiters by anything but arrival.

@@ -55,7 +55,15 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 	select {
 	case l.ch <- struct{}{}:
 		l.holder = mine
+		// A waiter that had not reached its receive when the key was
+		// freed waits on this pull now: it lends as it would to the
+		// holder it found.
+		var lent *Ticket
+		if len(l.waiters) > 0 {
+			lent = k.lend(mine)
+		}
 		k.mu.Unlock()
+		k.moved(lent)
 		return nil
 	default:
 	}
@@ -98,27 +106,65 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 }
 
 // lend sets t's lent due to the earliest due of the work waiting on keys
-// t holds, and returns t if it moved earlier. k.mu must be held.
+// t holds, and each key's to the earliest own due of its waiters
+// (Ticket.OwnDueUnder), and returns t if either moved earlier. k.mu must
+// be held.
 func (k *KeyedLock) lend(t *Ticket) *Ticket {
 	if t == nil {
 		return nil
 	}
 	var earliest int64
-	for _, l := range k.locks {
+	var on map[string]int64
+	for key, l := range k.locks {
 		if l.holder != t {
 			continue
 		}
 		for w := range l.waiters {
-			if d := w.Due().UnixNano(); w != t && (earliest == 0 || d < earliest) {
+			if w == t {
+				continue
+			}
+			d := w.Due().UnixNano()
+			if earliest == 0 || d < earliest {
 				earliest = d
+			}
+			// A key's due is its waiters' own: one they lend in turn
+			// would outlive its lender here, since only a lock's own
+			// events recompute it.
+			own := w.OwnDue().UnixNano()
+			if on == nil {
+				on = map[string]int64{}
+			}
+			if e, ok := on[key]; !ok || own < e {
+				on[key] = own
 			}
 		}
 	}
+	// Per key first: a reader that sees the whole pull's due move sees
+	// the key's too.
+	var was map[string]int64
+	if p := t.lentOn.Swap(mapOrNil(on)); p != nil {
+		was = *p
+	}
 	before := t.lent.Swap(earliest)
-	if earliest != 0 && (before == 0 || earliest < before) {
+	moved := earliest != 0 && (before == 0 || earliest < before)
+	for key, d := range on {
+		if e, ok := was[key]; !ok || d < e {
+			moved = true
+		}
+	}
+	if moved {
 		return t
 	}
 	return nil
+}
+
+// mapOrNil is a pointer to m, nil for no map: a ticket that lends nothing
+// keeps no map to look in.
+func mapOrNil(m map[string]int64) *map[string]int64 {
+	if m == nil {
+		return nil
+	}
+	return &m
 }
 
 // moved tells the lines that t is due earlier.

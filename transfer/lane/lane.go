@@ -30,6 +30,7 @@ type Lane struct {
 type holder struct {
 	ticket *Ticket
 	at     time.Time // the due of work without a ticket
+	guard  string    // the lock the work is done under (Guards), or ""
 	extra  bool
 	queued *queued // why the work waited in line for its place; nil: it did not
 }
@@ -42,8 +43,8 @@ type queued struct {
 	running, extra int // places held, and how many of them extra
 	late           bool
 	// lead is how long before the earliest-due holder the work is due
-	// (own dues); unless late, it takes an extra place only when lead >
-	// slack.
+	// (own dues, or a lock's, holder.ownDue); unless late, it takes an
+	// extra place only when lead > slack.
 	lead time.Duration
 }
 
@@ -52,10 +53,12 @@ type queued struct {
 func (h *holder) due() time.Time { return h.ticket.DueOr(h.at) }
 
 // ownDue is when h's work is due to work that would pass it or give way
-// to it: its pull's own due (Ticket.OwnDue). A lent due moves the
-// lender's work up in line and keeps its layers from pausing; it must not
-// also keep other pulls from passing the lender's layers that hold places.
-func (h *holder) ownDue() time.Time { return h.ticket.OwnDueOr(h.at) }
+// to it: its pull's own due, or the due lent on the lock it is done under
+// (Ticket.OwnDueUnder). A due lent to the whole pull moves the lender's
+// work up in line and keeps its layers from pausing; it must not also
+// keep other pulls from passing the lender's other layers that hold
+// places.
+func (h *holder) ownDue() time.Time { return h.ticket.OwnDueUnder(h.guard, h.at) }
 
 // New returns a lane with limit places; 0 is unlimited. Work waits in due
 // order and never takes a place beyond the limit.
@@ -87,44 +90,46 @@ type waiter struct {
 	ready  chan struct{}
 	index  int     // in the heap; -1 once granted
 	owner  *Ticket // the work's ticket, or nil
+	guard  string  // the lock the work is done under (Guards), or ""
 	held   *holder // the place granted, in an overtaking lane; set before ready closes
 	queued *queued // nil in a lane without holders
 }
 
-// ownDue is when w's work is due by its own pull's ask and cost, not its
-// place in line (due), which a lent due may have moved up.
-func (w *waiter) ownDue() time.Time { return w.owner.OwnDueOr(w.due) }
+// ownDue is when w's work is due by its own pull's ask and cost, or the
+// due lent on the lock it is done under (holder.ownDue), not its place in
+// line (due), which a due lent to the whole pull may have moved up.
+func (w *waiter) ownDue() time.Time { return w.owner.OwnDueUnder(w.guard, w.due) }
 
 // Acquire waits for a place, in due order, and returns the func that
 // gives it back, which must be called exactly once. A caller whose context
 // ends while waiting leaves the line and gets ctx.Err().
 func (l *Lane) Acquire(ctx context.Context) (release func(), err error) {
-	h, err := l.acquire(ctx)
+	h, err := l.acquire(ctx, "")
 	if err != nil {
 		return nil, err
 	}
 	return l.releaser(h), nil
 }
 
-// acquire is Acquire, returning the place held: nil in a lane without
-// holders.
-func (l *Lane) acquire(ctx context.Context) (*holder, error) {
+// acquire is Acquire for work done under the lock guard (Guards; "" for
+// none), returning the place held: nil in a lane without holders.
+func (l *Lane) acquire(ctx context.Context, guard string) (*holder, error) {
 	t := TicketOf(ctx)
 	now := time.Now()
 	due := t.DueOr(now)
 	l.mu.Lock()
 	if l.limit == 0 || (l.running < l.limit && l.waiting.Len() == 0) {
-		h := l.take(t, due, false)
+		h := l.take(t, due, false, guard)
 		l.mu.Unlock()
 		return h, nil
 	}
-	if l.extra.May(t, t.OwnDueOr(now), l.dues) {
-		h := l.take(t, due, true)
+	if l.extra.May(t, t.OwnDueUnder(guard, now), l.dues) {
+		h := l.take(t, due, true, guard)
 		l.mu.Unlock()
 		return h, nil
 	}
 	l.seq++
-	w := &waiter{due: due, seq: l.seq, ready: make(chan struct{}), owner: t, queued: l.queuedNow(t, now)}
+	w := &waiter{due: due, seq: l.seq, ready: make(chan struct{}), owner: t, guard: guard, queued: l.queuedNow(t, guard, now)}
 	heap.Push(&l.waiting, w)
 	l.mu.Unlock()
 
@@ -155,13 +160,13 @@ func (l *Lane) dues(yield func(time.Time) bool) {
 	}
 }
 
-// queuedNow is the lane as work with ticket t finds it at now; nil in a
-// lane without holders. l.mu must be held.
-func (l *Lane) queuedNow(t *Ticket, now time.Time) *queued {
+// queuedNow is the lane as work with ticket t, done under the lock guard,
+// finds it at now; nil in a lane without holders. l.mu must be held.
+func (l *Lane) queuedNow(t *Ticket, guard string, now time.Time) *queued {
 	if l.holders == nil {
 		return nil
 	}
-	mine := t.OwnDueOr(now)
+	mine := t.OwnDueUnder(guard, now)
 	q := &queued{running: l.running, extra: l.extra.Taken(), late: t.Late(now)}
 	first := true
 	for d := range l.dues {
@@ -172,10 +177,10 @@ func (l *Lane) queuedNow(t *Ticket, now time.Time) *queued {
 	return q
 }
 
-// take gives work with ticket t (nil: due at due) a place, extra or not,
-// and returns its holder: nil in a lane without holders. l.mu must be
-// held.
-func (l *Lane) take(t *Ticket, due time.Time, extra bool) *holder {
+// take gives work with ticket t (nil: due at due), done under the lock
+// guard, a place, extra or not, and returns its holder: nil in a lane
+// without holders. l.mu must be held.
+func (l *Lane) take(t *Ticket, due time.Time, extra bool, guard string) *holder {
 	l.running++
 	if extra {
 		l.extra.Take()
@@ -183,7 +188,7 @@ func (l *Lane) take(t *Ticket, due time.Time, extra bool) *holder {
 	if l.holders == nil {
 		return nil
 	}
-	h := &holder{ticket: t, at: due, extra: extra}
+	h := &holder{ticket: t, at: due, extra: extra, guard: guard}
 	l.holders[h] = struct{}{}
 	return h
 }
@@ -212,14 +217,21 @@ func (l *Lane) free(h *holder) {
 	for l.waiting.Len() > 0 && (l.limit == 0 || l.running < l.limit) {
 		l.grant(heap.Pop(&l.waiting).(*waiter), false)
 	}
-	// An extra place given back goes to the first in line that may take
-	// one: otherwise work that found the extra places taken would wait
-	// for a holder it was due well before, or after its own due. Not only
-	// to the first in line: the line is ordered by dues a lock lends
-	// (Lend), extra places by own dues, so work that may not take one (a
-	// lender's layer, or work without a ticket) can be first in line while
-	// a late pull behind it may, and would wait while newcomers took the
-	// place.
+	l.grantExtras()
+}
+
+// grantExtras gives extra places to the work in line that may take one,
+// earliest due first, when one is given back or a lock lends. l.mu must be
+// held.
+//
+// Otherwise work that found the extra places taken would wait for a
+// holder it was due well before, or after its own due. Not only to the
+// first in line: the line is ordered by dues a lock lends (Lend), extra
+// places by own dues, so work that may not take one (a lender's layer not
+// under the lock waited on, or work without a ticket) can be first in line
+// while a late pull behind it may, and would wait while newcomers took
+// the place.
+func (l *Lane) grantExtras() {
 	for {
 		w := l.firstMayExtra()
 		if w == nil {
@@ -244,7 +256,7 @@ func (l *Lane) firstMayExtra() *waiter {
 
 // grant gives w, taken out of line, a place. l.mu must be held.
 func (l *Lane) grant(w *waiter, extra bool) {
-	w.held = l.take(w.owner, w.due, extra)
+	w.held = l.take(w.owner, w.due, extra, w.guard)
 	if w.held != nil {
 		w.held.queued = w.queued
 	}
@@ -253,7 +265,9 @@ func (l *Lane) grant(w *waiter, extra bool) {
 
 // Lend moves the work of t waiting in line up to t's Due, which a lock t
 // holds may have made earlier (KeyedLock): a layer of a pull that others
-// wait on must not wait behind work due after them.
+// wait on must not wait behind work due after them. Work of t done under
+// a lock that is now waited on may take an extra place at once
+// (Ticket.OwnDueUnder), and so may any work in line that may take one now.
 func (l *Lane) Lend(t *Ticket) {
 	due := t.Due()
 	l.mu.Lock()
@@ -264,10 +278,11 @@ func (l *Lane) Lend(t *Ticket) {
 			heap.Fix(&l.waiting, w.index)
 		}
 	}
+	l.grantExtras()
 }
 
-// First is the own due (Ticket.OwnDue) of the first in line, if any:
-// work gives way to it by that, not by a due its pull lends.
+// First is the own due of the first in line (waiter.ownDue), if any: work
+// gives way to it by that, not by a due its whole pull lends.
 func (l *Lane) First() (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -166,7 +166,7 @@ func TestPacer(t *testing.T) {
 func hold(l *Lane, ctx context.Context) func() {
 	t := TicketOf(ctx)
 	l.mu.Lock()
-	h := l.take(t, t.DueOr(time.Now()), l.holders != nil)
+	h := l.take(t, t.DueOr(time.Now()), l.holders != nil, "")
 	l.mu.Unlock()
 	return l.releaser(h)
 }

@@ -29,6 +29,9 @@ type Ticket struct {
 	// lent is the due of the earliest pull waiting on a lock this pull
 	// holds (KeyedLock), UnixNano; 0: none.
 	lent atomic.Int64
+	// lentOn is that due per lock: the earliest due of the pulls waiting
+	// on each lock this pull holds, by key (UnixNano); nil: none.
+	lentOn atomic.Pointer[map[string]int64]
 	// waits are the pull's work's waits for others' so far, by kind
 	// (Waited).
 	waits [waitKinds]atomic.Int64
@@ -72,8 +75,10 @@ func (t *Ticket) Due() time.Time {
 }
 
 // OwnDue is when the pull is due by its own ask and cost, without a due
-// it lends (Due). Lateness, extra places (Extra) and whom other work gives
-// way to go by it: a lent due serves only the lender's own turns.
+// it lends (Due). Lateness goes by it, and so do extra places (Extra) and
+// whom other work gives way to, but for work done under a lock others
+// wait on (OwnDueUnder): a due lent to the whole pull serves only its own
+// turns.
 func (t *Ticket) OwnDue() time.Time { return time.Unix(0, t.due.Load()) }
 
 // OwnDueOr is t's OwnDue, or at for work without a ticket.
@@ -82,6 +87,29 @@ func (t *Ticket) OwnDueOr(at time.Time) time.Time {
 		return at
 	}
 	return t.OwnDue()
+}
+
+// OwnDueUnder is when work of the pull done under the lock key
+// (KeyedLock; "" for none) is due to other pulls' work: its own due, or,
+// while a pull due earlier waits on that lock, that pull's due. Work under
+// a lock others wait on is the one piece of the pull that holds them up:
+// a layer whose chain's snapshot another image shares (Guards). It takes
+// extra places and counts among the work ahead by the waiter's own due,
+// as the waiter's own work would, though it is not late by it (Late); the
+// pull's other work does not (OwnDue), since every layer of a large image
+// doing so would pass the small pull it lends for. An extra place taken
+// by it is kept to the layer's end, though the waiter give up.
+func (t *Ticket) OwnDueUnder(key string, at time.Time) time.Time {
+	if t == nil {
+		return at
+	}
+	d := t.due.Load()
+	if m := t.lentOn.Load(); m != nil && key != "" {
+		if l, ok := (*m)[key]; ok && l < d {
+			d = l
+		}
+	}
+	return time.Unix(0, d)
 }
 
 // DueOr is t's Due, or at for work without a ticket, which lines up at the
@@ -98,7 +126,8 @@ func (t *Ticket) DueOr(at time.Time) time.Time {
 // cost is not known is never late: its due is only when it was asked for.
 //
 // A due lent to the pull (KeyedLock) moves its work up in line but does
-// not make it late. Lateness is the whole pull's: lent, every layer of a
+// not make it late, nor does one lent to the work under a lock
+// (OwnDueUnder). Lateness is the whole pull's: lent, every layer of a
 // large image holding the chain lock a small pull waits on would take an
 // extra place once the small pull's due was past, not only the layer the
 // small pull waits for.
@@ -154,7 +183,7 @@ func NewExtra(limit int, slack time.Duration) Extra {
 
 // May reports whether work with ticket t, due at mine, may take an extra
 // place beside holders, the dues of the work holding places now. Both are
-// own dues (Ticket.OwnDue).
+// own dues (Ticket.OwnDue, or OwnDueUnder for work under a lock waited on).
 func (e *Extra) May(t *Ticket, mine time.Time, holders iter.Seq[time.Time]) bool {
 	if e.slack == 0 || e.taken >= e.limit {
 		return false

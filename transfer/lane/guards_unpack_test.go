@@ -1,0 +1,182 @@
+package lane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/diff"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/core/unpack"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/pullwise/pullwise/internal/contenttest"
+)
+
+// TestGuardsNameTheUnpackersLocks: containerd's own unpacker, sequential
+// and in parallel, applies each layer to mounts that Guards knows by the
+// chain lock the unpacker holds for that layer while it applies it. The
+// lock's key is containerd's, not Pullwise's: if its form or the
+// snapshot's label changed, a lent due would reach no layer.
+func TestGuardsNameTheUnpackersLocks(t *testing.T) {
+	for _, parallel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("parallel=%v", parallel), func(t *testing.T) {
+			ctx := context.Background()
+			cs := contenttest.NewStore(t)
+			manifest, layers, diffIDs := writeImage(t, cs, 3)
+			chains := identity.ChainIDs(append([]digest.Digest(nil), diffIDs...))
+
+			g := NewGuards()
+			locks := &heldKeys{KeyedLock: NewKeyedLock(), held: map[string]bool{}}
+			applied := &guardedApplier{locks: locks, guards: g, diffIDs: map[digest.Digest]digest.Digest{}, under: map[digest.Digest]string{}}
+			for i, l := range layers {
+				applied.diffIDs[l.Digest] = diffIDs[i]
+			}
+			p := unpack.Platform{
+				Platform:       platforms.All,
+				SnapshotterKey: "overlayfs",
+				Snapshotter:    Snapshotter{Snapshotter: &bindSnapshotter{}, Name: "overlayfs", Guards: g},
+				Applier:        applied,
+			}
+			opts := []unpack.UnpackerOpt{unpack.WithDuplicationSuppressor(locks)}
+			if parallel {
+				p.SnapshotterCapabilities = []string{"rebase"}
+				opts = append(opts, unpack.WithUnpackLimiter(semaphore.NewWeighted(8)))
+			}
+			u, err := unpack.NewUnpacker(ctx, cs, append(opts, unpack.WithUnpackPlatform(p))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := images.Dispatch(ctx, u.Unpack(images.ChildrenHandler(cs)), nil, manifest); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := u.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range layers {
+				want := fmt.Sprintf("sn://overlayfs/%s", chains[i])
+				if got := applied.under[l.Digest]; got != want {
+					t.Errorf("layer %d applied under %q, want the lock the unpacker holds for it, %q", i, got, want)
+				}
+			}
+			if g.len() != 0 {
+				t.Errorf("%d snapshots still known after every layer was committed", g.len())
+			}
+		})
+	}
+}
+
+// heldKeys is the unpacker's duplication suppressor, saying which keys it
+// holds.
+type heldKeys struct {
+	*KeyedLock
+	mu   sync.Mutex
+	held map[string]bool
+}
+
+func (h *heldKeys) Lock(ctx context.Context, key string) error {
+	if err := h.KeyedLock.Lock(ctx, key); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held[key] = true
+	return nil
+}
+
+func (h *heldKeys) Unlock(key string) {
+	h.mu.Lock()
+	delete(h.held, key)
+	h.mu.Unlock()
+	h.KeyedLock.Unlock(key)
+}
+
+// guardedApplier records the lock Guards names for each layer it applies,
+// if the unpacker holds that lock then, and answers with the layer's diff
+// ID without writing anything.
+type guardedApplier struct {
+	locks   *heldKeys
+	guards  *Guards
+	mu      sync.Mutex
+	diffIDs map[digest.Digest]digest.Digest
+	under   map[digest.Digest]string
+}
+
+func (a *guardedApplier) Apply(_ context.Context, desc ocispec.Descriptor, mounts []mount.Mount, _ ...diff.ApplyOpt) (ocispec.Descriptor, error) {
+	key := a.guards.of(mounts)
+	a.locks.mu.Lock()
+	held := a.locks.held[key]
+	a.locks.mu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if held {
+		a.under[desc.Digest] = key
+	}
+	return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: a.diffIDs[desc.Digest]}, nil
+}
+
+// bindSnapshotter prepares every snapshot as a bind mount of its own
+// directory, as overlayfs does without a parent and the native
+// snapshotter always; none exists before.
+type bindSnapshotter struct {
+	snapshots.Snapshotter
+}
+
+func (*bindSnapshotter) Stat(context.Context, string) (snapshots.Info, error) {
+	return snapshots.Info{}, errdefs.ErrNotFound
+}
+
+func (*bindSnapshotter) Prepare(_ context.Context, key, _ string, _ ...snapshots.Opt) ([]mount.Mount, error) {
+	return []mount.Mount{{Type: "bind", Source: "/snapshots/" + key, Options: []string{"rbind", "rw"}}}, nil
+}
+
+func (*bindSnapshotter) Commit(context.Context, string, string, ...snapshots.Opt) error { return nil }
+
+func (*bindSnapshotter) Remove(context.Context, string) error { return nil }
+
+// writeImage writes an image of n layers to cs and returns its manifest's
+// descriptor, its layers and their diff IDs. The layers' bytes are not
+// archives: the applier above does not read them.
+func writeImage(t *testing.T, cs content.Store, n int) (ocispec.Descriptor, []ocispec.Descriptor, []digest.Digest) {
+	t.Helper()
+	put := func(mediaType string, b []byte) ocispec.Descriptor {
+		desc := ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(b), Size: int64(len(b))}
+		if err := content.WriteBlob(context.Background(), cs, desc.Digest.String(), bytes.NewReader(b), desc); err != nil {
+			t.Fatal(err)
+		}
+		return desc
+	}
+	var layers []ocispec.Descriptor
+	var diffIDs []digest.Digest
+	for i := range n {
+		layers = append(layers, put(ocispec.MediaTypeImageLayerGzip, fmt.Appendf(nil, "layer %d", i)))
+		diffIDs = append(diffIDs, digest.FromString(fmt.Sprintf("uncompressed %d", i)))
+	}
+	config, err := json.Marshal(ocispec.Image{
+		Platform: platforms.DefaultSpec(),
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: diffIDs},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := json.Marshal(ocispec.Manifest{
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    put(ocispec.MediaTypeImageConfig, config),
+		Layers:    layers,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return put(ocispec.MediaTypeImageManifest, m), layers, diffIDs
+}
