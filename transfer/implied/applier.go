@@ -118,10 +118,10 @@ func parallelUpper(mounts []mount.Mount) (string, bool) {
 	if len(mounts) != 1 || mounts[0].Type != "overlay" || userns.RunningInUserNS() {
 		return "", false
 	}
-	if _, ok := layerdir.Option(mounts[0], "lowerdir="); ok {
+	if _, ok := layerdir.OverlayOption(mounts[0], "lowerdir="); ok {
 		return "", false
 	}
-	return layerdir.Of(mounts)
+	return layerdir.OverlayOption(mounts[0], "upperdir=")
 }
 
 // headers records, from a layer's tar headers, the directories it lists

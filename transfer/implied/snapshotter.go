@@ -108,7 +108,7 @@ func layerDirs(mounts []mount.Mount) ([]string, error) {
 		return []string{dir}, nil
 	}
 	if len(mounts) == 1 && mounts[0].Type == "overlay" {
-		if lower, ok := layerdir.Option(mounts[0], "lowerdir="); ok {
+		if lower, ok := layerdir.OverlayOption(mounts[0], "lowerdir="); ok {
 			return strings.Split(lower, ":"), nil
 		}
 	}

@@ -26,7 +26,7 @@ type Applier struct {
 // (PacerOf), for the pulls ahead of it.
 func (a Applier) Apply(ctx context.Context, desc ocispec.Descriptor, mounts []mount.Mount, opts ...diff.ApplyOpt) (ocispec.Descriptor, error) {
 	asked := time.Now()
-	guard := a.Guards.of(mounts)
+	guard := a.Guards.lockOf(mounts)
 	h, err := a.Lane.acquire(ctx, guard)
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("wait to unpack %s: %w", desc.Digest, err)

@@ -73,8 +73,9 @@
 //     chain's lock before it prepares the layer's snapshot) goes by the
 //     waiter's own due in the unpack lane as by its own, but for lateness
 //     (Ticket.OwnDueUnder): it takes an extra place by it, and others'
-//     layers count it among the work ahead. The holder's other work goes by its own due: lateness,
-//     extra places, and whom other work gives way to or passes. Lent to
+//     layers count it among the work ahead. The holder's other work goes
+//     by its own due: lateness, extra places, and whom other work gives
+//     way to or passes. Lent to
 //     the whole pull, any layer of a large image could take an extra
 //     place while a small pull waited on its lock, and the small pulls
 //     came later (an A/B in docs/benchmarks-history.md); lent to none, the

@@ -23,19 +23,19 @@ import (
 // ones; layerdir.Of) are known by no lock, and go by their pull's
 // due as before.
 type Guards struct {
-	mu    sync.Mutex
-	byDir map[string]string // directory written → lock key
-	dirs  map[string]string // snapshot key → directory written
+	mu        sync.Mutex
+	lockByDir map[string]string // directory written → lock key
+	dirByKey  map[string]string // snapshot key → directory written
 }
 
 // NewGuards returns an empty Guards.
 func NewGuards() *Guards {
-	return &Guards{byDir: map[string]string{}, dirs: map[string]string{}}
+	return &Guards{lockByDir: map[string]string{}, dirByKey: map[string]string{}}
 }
 
-// of is the lock the layer written to mounts is done under, or "". A nil
-// Guards knows none.
-func (g *Guards) of(mounts []mount.Mount) string {
+// lockOf is the lock the layer written to mounts is done under, or "". A
+// nil Guards knows none.
+func (g *Guards) lockOf(mounts []mount.Mount) string {
 	if g == nil {
 		return ""
 	}
@@ -45,7 +45,7 @@ func (g *Guards) of(mounts []mount.Mount) string {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.byDir[dir]
+	return g.lockByDir[dir]
 }
 
 func (g *Guards) put(key, dir, lock string) {
@@ -54,8 +54,8 @@ func (g *Guards) put(key, dir, lock string) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.dirs[key] = dir
-	g.byDir[dir] = lock
+	g.dirByKey[key] = dir
+	g.lockByDir[dir] = lock
 }
 
 func (g *Guards) forget(key string) {
@@ -64,17 +64,10 @@ func (g *Guards) forget(key string) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if dir, ok := g.dirs[key]; ok {
-		delete(g.dirs, key)
-		delete(g.byDir, dir)
+	if dir, ok := g.dirByKey[key]; ok {
+		delete(g.dirByKey, key)
+		delete(g.lockByDir, dir)
 	}
-}
-
-// len is how many snapshots are known, for tests.
-func (g *Guards) len() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.dirs)
 }
 
 // Snapshotter records in Guards (nil: nowhere) the chain lock of each
@@ -98,6 +91,8 @@ func (s Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...sn
 	var info snapshots.Info
 	for _, o := range opts {
 		if o(&info) != nil {
+			// The snapshot is prepared; a layer not known by its
+			// lock only keeps its pull's due.
 			return m, nil
 		}
 	}
@@ -122,7 +117,8 @@ func (s Snapshotter) Remove(ctx context.Context, key string) error {
 }
 
 // chainLock is the key containerd's unpacker locks a chain ID under, in a
-// snapshotter (core/unpack's makeChainIDKeyWithSnapshotter).
+// snapshotter (core/unpack's makeChainIDKeyWithSnapshotter, unexported:
+// TestGuardsNameTheUnpackersLocks fails if its form drifts).
 func chainLock(snapshotter, chainID string) string {
 	return fmt.Sprintf("sn://%s/%s", snapshotter, chainID)
 }

@@ -6,13 +6,18 @@ import (
 
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/errdefs"
 )
 
 // dirSnapshotter prepares every snapshot as a bind mount of a directory
 // named after its key, as the native snapshotter and containerd's
-// overlayfs in parallel mode do.
+// overlayfs in parallel mode do; none exists before.
 type dirSnapshotter struct {
 	snapshots.Snapshotter
+}
+
+func (dirSnapshotter) Stat(context.Context, string) (snapshots.Info, error) {
+	return snapshots.Info{}, errdefs.ErrNotFound
 }
 
 func (dirSnapshotter) Prepare(_ context.Context, key, _ string, _ ...snapshots.Opt) ([]mount.Mount, error) {
@@ -69,7 +74,7 @@ func TestGuards(t *testing.T) {
 			if tc.mounts != nil {
 				m = tc.mounts(m)
 			}
-			if got := g.of(m); got != tc.want {
+			if got := g.lockOf(m); got != tc.want {
 				t.Errorf("layer written under %q, want %q", got, tc.want)
 			}
 			if tc.want == "" && g.len() != 0 {
@@ -77,9 +82,16 @@ func TestGuards(t *testing.T) {
 			}
 		})
 	}
-	if got := (*Guards)(nil).of([]mount.Mount{{Type: "bind", Source: "/x"}}); got != "" {
+	if got := (*Guards)(nil).lockOf([]mount.Mount{{Type: "bind", Source: "/x"}}); got != "" {
 		t.Errorf("nil Guards knows %q", got)
 	}
+}
+
+// len is how many snapshots g knows.
+func (g *Guards) len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.dirByKey)
 }
 
 func ref(chain string) map[string]string {

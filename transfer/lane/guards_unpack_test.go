@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -12,9 +13,7 @@ import (
 	"github.com/containerd/containerd/v2/core/diff"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/mount"
-	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/core/unpack"
-	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
@@ -32,21 +31,21 @@ import (
 func TestGuardsNameTheUnpackersLocks(t *testing.T) {
 	for _, parallel := range []bool{false, true} {
 		t.Run(fmt.Sprintf("parallel=%v", parallel), func(t *testing.T) {
-			ctx := context.Background()
+			ctx := t.Context()
 			cs := contenttest.NewStore(t)
 			manifest, layers, diffIDs := writeImage(t, cs, 3)
-			chains := identity.ChainIDs(append([]digest.Digest(nil), diffIDs...))
+			chains := identity.ChainIDs(slices.Clone(diffIDs)) // it writes over its argument
 
 			g := NewGuards()
 			locks := &heldKeys{KeyedLock: NewKeyedLock(), held: map[string]bool{}}
-			applied := &guardedApplier{locks: locks, guards: g, diffIDs: map[digest.Digest]digest.Digest{}, under: map[digest.Digest]string{}}
+			applied := &guardedApplier{locks: locks, guards: g, diffIDs: map[digest.Digest]digest.Digest{}, under: map[digest.Digest]string{}, held: map[digest.Digest]bool{}}
 			for i, l := range layers {
 				applied.diffIDs[l.Digest] = diffIDs[i]
 			}
 			p := unpack.Platform{
 				Platform:       platforms.All,
 				SnapshotterKey: "overlayfs",
-				Snapshotter:    Snapshotter{Snapshotter: &bindSnapshotter{}, Name: "overlayfs", Guards: g},
+				Snapshotter:    Snapshotter{Snapshotter: dirSnapshotter{}, Name: "overlayfs", Guards: g},
 				Applier:        applied,
 			}
 			opts := []unpack.UnpackerOpt{unpack.WithDuplicationSuppressor(locks)}
@@ -68,6 +67,8 @@ func TestGuardsNameTheUnpackersLocks(t *testing.T) {
 				want := fmt.Sprintf("sn://overlayfs/%s", chains[i])
 				if got := applied.under[l.Digest]; got != want {
 					t.Errorf("layer %d applied under %q, want the lock the unpacker holds for it, %q", i, got, want)
+				} else if !applied.held[l.Digest] {
+					t.Errorf("layer %d applied under %q, which the unpacker did not hold then", i, got)
 				}
 			}
 			if g.len() != 0 {
@@ -103,47 +104,27 @@ func (h *heldKeys) Unlock(key string) {
 }
 
 // guardedApplier records the lock Guards names for each layer it applies,
-// if the unpacker holds that lock then, and answers with the layer's diff
-// ID without writing anything.
+// and whether the unpacker holds that lock then, and answers with the
+// layer's diff ID without writing anything.
 type guardedApplier struct {
 	locks   *heldKeys
 	guards  *Guards
 	mu      sync.Mutex
 	diffIDs map[digest.Digest]digest.Digest
 	under   map[digest.Digest]string
+	held    map[digest.Digest]bool
 }
 
 func (a *guardedApplier) Apply(_ context.Context, desc ocispec.Descriptor, mounts []mount.Mount, _ ...diff.ApplyOpt) (ocispec.Descriptor, error) {
-	key := a.guards.of(mounts)
+	key := a.guards.lockOf(mounts)
 	a.locks.mu.Lock()
 	held := a.locks.held[key]
 	a.locks.mu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if held {
-		a.under[desc.Digest] = key
-	}
+	a.under[desc.Digest], a.held[desc.Digest] = key, held
 	return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: a.diffIDs[desc.Digest]}, nil
 }
-
-// bindSnapshotter prepares every snapshot as a bind mount of its own
-// directory, as overlayfs does without a parent and the native
-// snapshotter always; none exists before.
-type bindSnapshotter struct {
-	snapshots.Snapshotter
-}
-
-func (*bindSnapshotter) Stat(context.Context, string) (snapshots.Info, error) {
-	return snapshots.Info{}, errdefs.ErrNotFound
-}
-
-func (*bindSnapshotter) Prepare(_ context.Context, key, _ string, _ ...snapshots.Opt) ([]mount.Mount, error) {
-	return []mount.Mount{{Type: "bind", Source: "/snapshots/" + key, Options: []string{"rbind", "rw"}}}, nil
-}
-
-func (*bindSnapshotter) Commit(context.Context, string, string, ...snapshots.Opt) error { return nil }
-
-func (*bindSnapshotter) Remove(context.Context, string) error { return nil }
 
 // writeImage writes an image of n layers to cs and returns its manifest's
 // descriptor, its layers and their diff IDs. The layers' bytes are not

@@ -98,7 +98,7 @@ func (t *Ticket) OwnDueOr(at time.Time) time.Time {
 // as the waiter's own work would, though it is not late by it (Late); the
 // pull's other work does not (OwnDue), since every layer of a large image
 // doing so would pass the small pull it lends for. An extra place taken
-// by it is kept to the layer's end, though the waiter give up.
+// by it is kept to the layer's end, though the waiter gives up.
 func (t *Ticket) OwnDueUnder(key string, at time.Time) time.Time {
 	if t == nil {
 		return at

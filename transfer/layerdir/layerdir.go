@@ -11,11 +11,10 @@ import (
 )
 
 // Of is the directory a layer's snapshot mounts write to: a bind mount's
-// source (overlayfs's for a layer without a parent, which is every layer
-// containerd prepares in parallel mode; the native snapshotter's), or an
-// overlay's upper directory (what containerd makes of such a bind for a
-// layer above the first in parallel mode, or overlayfs's own mounts on a
-// parent). Other
+// source, or an overlay's upper directory. The two name one directory:
+// containerd's unpacker turns a parallel layer's bind into an overlay on
+// that source before applying it (core/unpack's bindToOverlay), and
+// overlayfs writes a layer on a parent to its upper directory. Other
 // snapshotters' mounts (btrfs, devmapper, remote ones) name none.
 func Of(mounts []mount.Mount) (string, bool) {
 	if len(mounts) != 1 {
@@ -25,14 +24,14 @@ func Of(mounts []mount.Mount) (string, bool) {
 	case "bind":
 		return m.Source, m.Source != ""
 	case "overlay":
-		return Option(m, "upperdir=")
+		return OverlayOption(m, "upperdir=")
 	}
 	return "", false
 }
 
-// Option returns the value of an overlay mount's option, such as
+// OverlayOption returns the value of an overlay mount's option, such as
 // "upperdir=".
-func Option(m mount.Mount, prefix string) (string, bool) {
+func OverlayOption(m mount.Mount, prefix string) (string, bool) {
 	for _, o := range m.Options {
 		if v, ok := strings.CutPrefix(o, prefix); ok {
 			return v, v != ""
