@@ -12,10 +12,11 @@ import (
 
 // Of is the directory a layer's snapshot mounts write to: a bind mount's
 // source, or an overlay's upper directory. The two name one directory:
-// containerd's unpacker turns a parallel layer's bind into an overlay on
-// that source before applying it (core/unpack's bindToOverlay), and
-// overlayfs writes a layer on a parent to its upper directory. Other
-// snapshotters' mounts (btrfs, devmapper, remote ones) name none.
+// in parallel mode on overlayfs, containerd's unpacker turns the bind of
+// each layer above the first into an overlay on that source before
+// applying it (core/unpack's bindToOverlay), and overlayfs writes a layer
+// on a parent to its upper directory. Other snapshotters' mounts (btrfs,
+// devmapper, remote ones) name none.
 func Of(mounts []mount.Mount) (string, bool) {
 	if len(mounts) != 1 {
 		return "", false
