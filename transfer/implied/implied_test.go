@@ -11,6 +11,8 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/plugins/snapshots/native"
 	"golang.org/x/sys/unix"
+
+	"github.com/pullwise/pullwise/transfer/layerdir"
 )
 
 func TestHeadersImplied(t *testing.T) {
@@ -131,7 +133,7 @@ func prepare(t *testing.T, sn snapshots.Snapshotter, key, parent string) string 
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, ok := bindSource(mounts)
+	dir, ok := layerdir.BindSource(mounts)
 	if !ok {
 		t.Fatalf("active snapshot %s mounts as %v, want one bind mount", key, mounts)
 	}

@@ -53,7 +53,7 @@ func (s Snapshotter) Remove(ctx context.Context, key string) error {
 		return s.Snapshotter.Remove(ctx, key)
 	}
 	if mounts, err := s.Snapshotter.Mounts(ctx, key); err == nil {
-		if dir, ok := bindSource(mounts); ok {
+		if dir, ok := layerdir.BindSource(mounts); ok {
 			s.Dirs.take(dir)
 		}
 	}
@@ -69,7 +69,7 @@ func (s Snapshotter) inherit(ctx context.Context, key, parent string) error {
 	if err != nil {
 		return err
 	}
-	upper, ok := bindSource(mounts)
+	upper, ok := layerdir.BindSource(mounts)
 	if !ok {
 		return nil
 	}
@@ -104,7 +104,7 @@ func (s Snapshotter) inherit(ctx context.Context, key, parent string) error {
 // layerDirs returns the directories of a view's layers, top first: one
 // bind mount for a single layer, overlay's lowerdir for more.
 func layerDirs(mounts []mount.Mount) ([]string, error) {
-	if dir, ok := bindSource(mounts); ok {
+	if dir, ok := layerdir.BindSource(mounts); ok {
 		return []string{dir}, nil
 	}
 	if len(mounts) == 1 && mounts[0].Type == "overlay" {
@@ -113,13 +113,6 @@ func layerDirs(mounts []mount.Mount) ([]string, error) {
 		}
 	}
 	return nil, fmt.Errorf("layers of a view mounted as %v: %w", mounts, errors.ErrUnsupported)
-}
-
-func bindSource(mounts []mount.Mount) (string, bool) {
-	if len(mounts) != 1 || mounts[0].Type != "bind" {
-		return "", false
-	}
-	return mounts[0].Source, true
 }
 
 // inheritDir gives upper's directory rel the owner, mode and extended

@@ -18,16 +18,22 @@ import (
 // on a parent to its upper directory. Other snapshotters' mounts (btrfs,
 // devmapper, remote ones) name none.
 func Of(mounts []mount.Mount) (string, bool) {
-	if len(mounts) != 1 {
+	if dir, ok := BindSource(mounts); ok {
+		return dir, dir != ""
+	}
+	if len(mounts) != 1 || mounts[0].Type != "overlay" {
 		return "", false
 	}
-	switch m := mounts[0]; m.Type {
-	case "bind":
-		return m.Source, m.Source != ""
-	case "overlay":
-		return OverlayOption(m, "upperdir=")
+	return OverlayOption(mounts[0], "upperdir=")
+}
+
+// BindSource is the source of mounts that are one bind mount: a snapshot
+// of a single layer, or a view of one.
+func BindSource(mounts []mount.Mount) (string, bool) {
+	if len(mounts) != 1 || mounts[0].Type != "bind" {
+		return "", false
 	}
-	return "", false
+	return mounts[0].Source, true
 }
 
 // OverlayOption returns the value of an overlay mount's option, such as
