@@ -129,7 +129,6 @@ func (b *body) yield() error {
 		}
 		b.download.give()
 		b.paused, b.pausedAt = true, time.Now()
-		b.flow.SetGivingWay(true)
 	}
 	// One deadline for both waits below, so that the trickle comes every
 	// trickleEvery however the pause is spent between them.
@@ -152,7 +151,6 @@ func (b *body) yield() error {
 	}
 	b.download.retake(release)
 	b.paused = false
-	b.flow.SetGivingWay(false)
 	lane.TicketOf(b.ctx).Waited(lane.WaitLink, time.Since(b.pausedAt))
 	return nil
 }

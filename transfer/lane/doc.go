@@ -45,13 +45,6 @@
 //     layer holds its place while it pauses, so it pauses only while no
 //     work ahead of it waits for a place: that work would wait on the
 //     pause.
-//   - beside: a pull whose bodies all give way (Ticket.GivesWay) holds
-//     its gate slot but moves no bytes, so the first pull in line at the
-//     gate, sized and ahead of it, takes a slot beside it
-//     (transfer/gate): over the limit by one per such pull, and by the
-//     limit at most. A slot is capacity too: without this, a large pull
-//     asked for first holds its slot through a fetch that pauses for
-//     every small pull after it, and the small pulls share the rest.
 //   - early: a layer written while its blob arrives (transfer/early) only
 //     moves earlier what would otherwise run after its last byte, so it
 //     gives way to every pull ahead in flight, whatever the pressure:

@@ -79,7 +79,7 @@ func (f *InFlight) Ahead(t *Ticket, mine time.Time) bool {
 }
 
 // Yield waits while a pull in flight is Ahead of ctx's (TicketOf),
-// looking every Poll. It is for work that only moves earlier what would
+// looking every poll. It is for work that only moves earlier what would
 // otherwise run after (transfer/early writes a layer before its last
 // byte): such work takes nothing from the pulls ahead, whatever the
 // pressure. A late pull, and work without a ticket, do not wait.

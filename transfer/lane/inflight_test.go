@@ -220,7 +220,7 @@ func TestInFlightYield(t *testing.T) {
 	select {
 	case err := <-yielded:
 		t.Fatalf("did not wait for the small pull in flight: %v", err)
-	case <-time.After(5 * Poll):
+	case <-time.After(5 * poll):
 	}
 	done()
 	if err := <-yielded; err != nil {

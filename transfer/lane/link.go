@@ -62,19 +62,12 @@ type Flow struct {
 	// thousands of times a second on a fast link.
 	moved atomic.Int64
 	asked every // Ask's; only the body's reader
-	// giving is set while the body gives way (SetGivingWay), closed once
-	// Close has taken it off its ticket's count. A mutex, not atomics:
-	// net/http lets Close run beside Read, and a pause counted after
-	// Close took the body off would stay counted.
-	mu             sync.Mutex
-	giving, closed bool
 }
 
 // Open adds a body of the pull that ctx's ticket belongs to, holding one
 // of places.
 func (l *Link) Open(ctx context.Context, places *Lane) *Flow {
 	f := l.Unasked(ctx, places)
-	f.ticket.onLink(1, 0)
 	l.mu.Lock()
 	l.flows[f] = struct{}{}
 	l.mu.Unlock()
@@ -92,36 +85,8 @@ func (f *Flow) Moved() {
 	f.moved.Store(f.link.now().UnixNano())
 }
 
-// SetGivingWay marks f as giving way to pulls ahead (on), or as reading
-// on again; its pull counts it (Ticket.GivesWay).
-func (f *Flow) SetGivingWay(on bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed || f.giving == on {
-		return
-	}
-	f.giving = on
-	if on {
-		f.ticket.onLink(0, 1)
-	} else {
-		f.ticket.onLink(0, -1)
-	}
-}
-
 // Close removes the body from the link.
 func (f *Flow) Close() {
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		return
-	}
-	if f.giving {
-		f.ticket.onLink(-1, -1)
-	} else {
-		f.ticket.onLink(-1, 0)
-	}
-	f.closed, f.giving = true, false
-	f.mu.Unlock()
 	f.link.mu.Lock()
 	delete(f.link.flows, f)
 	f.link.mu.Unlock()
@@ -171,19 +136,15 @@ func (l *Link) Unasked(ctx context.Context, places *Lane) *Flow {
 	return &Flow{link: l, places: places, ticket: TicketOf(ctx), opened: l.now()}
 }
 
-// Ask reports whether f is Behind, asking the link at most every Poll and
+// Ask reports whether f is Behind, asking the link at most every poll and
 // answering false in between; only the body's reader calls it, before
 // every Read.
 func (f *Flow) Ask() bool {
 	return f.asked.due() && f.Behind()
 }
 
-// Wait waits while f is Behind. Its pull counts the body it stands for
-// as one giving way meanwhile (Ticket.GivesWay): held back as surely as
-// a body paused, though it holds no one back.
+// Wait waits while f is Behind.
 func (f *Flow) Wait(ctx context.Context) error {
-	f.ticket.onLink(1, 1)
-	defer f.ticket.onLink(-1, -1)
 	_, err := waitWhile(ctx, f.Behind, nil)
 	return err
 }
@@ -195,28 +156,4 @@ func (f *Flow) Yield(ctx context.Context, limit time.Duration) (behind bool, err
 		return false, nil
 	}
 	return waitWhile(ctx, f.Behind, time.After(limit))
-}
-
-// onLink adds to the counts of t's bodies on the link and of those of
-// them giving way; nothing for work without a ticket.
-func (t *Ticket) onLink(bodies, giving int64) {
-	if t == nil {
-		return
-	}
-	t.link.Add(bodies<<32 + giving)
-}
-
-// GivesWay reports whether the pull has bodies on the link and every one
-// of them gives way to pulls ahead: paused (SetGivingWay), or not asked
-// for until it would not pause (Wait). Its slot at the gate then moves
-// none of its bytes, and transfer/gate lets a pull ahead of it take a
-// slot beside it. A late pull gives way to nobody: its bodies read on at
-// their next look.
-func (t *Ticket) GivesWay() bool {
-	if t == nil {
-		return false
-	}
-	n := t.link.Load()
-	bodies, giving := n>>32, n&(1<<32-1)
-	return bodies > 0 && giving >= bodies
 }

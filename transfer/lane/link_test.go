@@ -138,7 +138,7 @@ func TestLinkYield(t *testing.T) {
 	small.Moved()
 
 	// Still behind at the limit: the caller reads a little and asks again.
-	if behind, err := big.Yield(context.Background(), 3*Poll); err != nil || !behind {
+	if behind, err := big.Yield(context.Background(), 3*poll); err != nil || !behind {
 		t.Fatalf("Yield = %v, %v; want still behind", behind, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -192,70 +192,5 @@ func TestLinkUnasked(t *testing.T) {
 	var none *Link
 	if none.Unasked(context.Background(), nil) != nil {
 		t.Fatal("a nil link gave a body to ask")
-	}
-}
-
-// TestGivesWay: a pull gives way when it has bodies on the link and every
-// one of them is paused or waits unasked; a body closed while paused
-// leaves the count as if it had read on.
-func TestGivesWay(t *testing.T) {
-	clock := &fakeClock{t: time.Now()}
-	due := dueFrom(clock.t)
-	l := NewLink(time.Second)
-	l.now = clock.now // the small body below stays arriving until it closes
-	ctx := due(1700 << 20)
-	pull := TicketOf(ctx)
-	a, b := l.Open(ctx, nil), l.Open(ctx, nil)
-	steps := []struct {
-		name string
-		do   func()
-		want bool
-	}{
-		{"both bodies read", func() {}, false},
-		{"one paused", func() { a.SetGivingWay(true) }, false},
-		{"both paused", func() { b.SetGivingWay(true) }, true},
-		{"paused twice counts once", func() { b.SetGivingWay(true); b.SetGivingWay(false) }, false},
-		{"paused again", func() { b.SetGivingWay(true) }, true},
-		{"one reads on", func() { a.SetGivingWay(false) }, false},
-		{"it closes: the other is paused", func() { a.Close(); a.Close() }, true},
-		{"the paused one closes: nothing on the link", func() { b.Close(); b.SetGivingWay(false) }, false},
-		{"a closed body pausing counts for nothing", func() { b.SetGivingWay(true) }, false},
-	}
-	for _, s := range steps {
-		s.do()
-		if got := pull.GivesWay(); got != s.want {
-			t.Fatalf("%s: GivesWay = %v, want %v", s.name, got, s.want)
-		}
-	}
-
-	// A body waiting unasked gives way for as long as it waits, alone or
-	// beside a paused one, and not beside one that reads.
-	small := l.Open(due(20<<20), nil)
-	small.Moved()
-	waited := make(chan error, 1)
-	go func() { waited <- l.Unasked(ctx, nil).Wait(context.Background()) }()
-	await.Until(t, 10*time.Second, "the pull to give way while its only body waits unasked", pull.GivesWay)
-	reading := l.Open(ctx, nil)
-	if pull.GivesWay() {
-		t.Fatal("gives way while a body of it reads beside the one waiting unasked")
-	}
-	reading.SetGivingWay(true)
-	if !pull.GivesWay() {
-		t.Fatal("does not give way with one body paused and one waiting unasked")
-	}
-	small.Close()
-	if err := <-waited; err != nil {
-		t.Fatal(err)
-	}
-	if !pull.GivesWay() {
-		t.Fatal("the paused body alone no longer gives way once the unasked one is done")
-	}
-	reading.Close()
-	if pull.GivesWay() {
-		t.Fatal("gives way with no body on the link")
-	}
-	var none *Ticket
-	if none.GivesWay() {
-		t.Fatal("work without a ticket gives way")
 	}
 }

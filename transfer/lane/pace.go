@@ -59,7 +59,7 @@ func PacerOf(ctx context.Context) *Pacer {
 }
 
 // Wait returns once the layer need not give way, or when ctx ends. It
-// asks at most every Poll, so a reader may call it before every Read. A
+// asks at most every poll, so a reader may call it before every Read. A
 // nil Pacer never waits.
 func (p *Pacer) Wait(ctx context.Context) error {
 	if p == nil {

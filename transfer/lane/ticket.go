@@ -11,7 +11,7 @@ import (
 // it or make it give way (Ahead); a line serves the earlier due first
 // whatever the gap. Between pulls of about the same cost, passing or
 // pausing work that holds a place would buy nothing and cost pauses.
-// A second is well above the Poll at which paused work looks again, and a
+// A second is well above the poll at which paused work looks again, and a
 // fraction of what a large image costs to write.
 const Slack = time.Second
 
@@ -35,10 +35,6 @@ type Ticket struct {
 	// waits are the pull's work's waits for others' so far, by kind
 	// (Waited).
 	waits [waitKinds]atomic.Int64
-	// link counts the pull's bodies on the link, times 1<<32, plus
-	// those of them giving way (GivesWay): one word, so that a reader
-	// never sees one count moved and not the other.
-	link atomic.Int64
 }
 
 // NewTicket returns the ticket of a pull asked for at asked.
