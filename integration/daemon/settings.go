@@ -137,7 +137,7 @@ func LogLevel() string {
 // line when it commits the layer's snapshot (in parallel unpack, in order,
 // once every layer before it is in).
 func TimelineLine(line string) bool {
-	for _, s := range []string{"image pull timeline", "layer unpacked in its lane", "layer written while it arrived", "waited for another pull's lock", "metadata write was slow", `msg="layer unpacked"`} {
+	for _, s := range []string{"image pull timeline", "layer unpacked in its lane", "layer written while it arrived", "waited for another pull's lock", "metadata write was slow", `msg="layer unpacked"`, "blob body read"} {
 		if strings.Contains(line, s) {
 			return true
 		}

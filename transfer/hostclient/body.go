@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/log"
+
 	"github.com/pullwise/pullwise/transfer/lane"
 )
 
@@ -30,8 +32,12 @@ type body struct {
 	pausedAt time.Time      // when it paused, for its pull's waits (lane.WaitLink)
 	eof      func()         // called at the end of a complete body, or nil
 	failed   func(error)    // reports a body failure
-	once     sync.Once
-	timer    *time.Timer
+	// read says at debug level when a blob body on the link ended, so
+	// that a burst's debug log shows which bodies shared the link at a
+	// time; nil for other bodies.
+	read  *bodyRead
+	once  sync.Once
+	timer *time.Timer
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -50,6 +56,7 @@ func (b *body) Read(p []byte) (int, error) {
 	}
 	if n > 0 {
 		b.moved(p[:n])
+		b.read.moved(n)
 	}
 	if err == io.EOF && b.eof != nil {
 		b.eof()
@@ -106,6 +113,7 @@ func (b *body) Close() error {
 	if b.share != nil {
 		b.share.Close()
 	}
+	b.read.done(b.parent)
 	return err
 }
 
@@ -152,7 +160,45 @@ func (b *body) yield() error {
 	b.download.retake(release)
 	b.paused = false
 	lane.TicketOf(b.ctx).Waited(lane.WaitLink, time.Since(b.pausedAt))
+	b.read.paused(time.Since(b.pausedAt))
 	return nil
+}
+
+// bodyRead is what a blob body's debug line says: its blob, when its
+// request was sent, when its first and last bytes came, and how long it
+// gave way. Only the body's reader and Close, which follows it, touch it.
+type bodyRead struct {
+	blob        string
+	sent, first time.Time
+	n           int64
+	gaveWay     time.Duration
+}
+
+func (r *bodyRead) moved(n int) {
+	if r == nil {
+		return
+	}
+	if r.n == 0 {
+		r.first = time.Now()
+	}
+	r.n += int64(n)
+}
+
+func (r *bodyRead) paused(d time.Duration) {
+	if r != nil {
+		r.gaveWay += d
+	}
+}
+
+func (r *bodyRead) done(ctx context.Context) {
+	if r == nil {
+		return
+	}
+	var first time.Duration
+	if r.n > 0 {
+		first = r.first.Sub(r.sent)
+	}
+	log.G(ctx).WithFields(log.Fields{"blob": r.blob, "bytes": r.n, "first_byte": first, "took": time.Since(r.sent), "paused": r.gaveWay}).Debug("blob body read")
 }
 
 // trickleEvery is how often a paused body reads (a var for tests), and

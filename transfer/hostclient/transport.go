@@ -112,7 +112,7 @@ func (t *transport) send(r request) (*http.Response, error) {
 		return resp, nil
 	}
 	download.answered(time.Since(sent), resp.ContentLength)
-	resp.Body = t.body(ctx, cancel, r, resp, download, admitted)
+	resp.Body = t.body(ctx, cancel, r, resp, download, admitted, sent)
 	return resp, nil
 }
 
@@ -222,11 +222,12 @@ func (t *transport) answered(r request, admitted *health.Request, resp *http.Res
 
 // body wraps a served answer's body: bounded reads, the download place,
 // the link, and what the observer counts of it.
-func (t *transport) body(ctx context.Context, cancel context.CancelCauseFunc, r request, resp *http.Response, download *place, admitted *health.Request) *body {
+func (t *transport) body(ctx context.Context, cancel context.CancelCauseFunc, r request, resp *http.Response, download *place, admitted *health.Request, sent time.Time) *body {
 	timeout := t.node.Health.Config().ReadTimeout
 	b := &body{ReadCloser: resp.Body, cancel: cancel, ctx: ctx, parent: r.Context(), timeout: timeout, download: download}
 	if download != nil && t.node.Link != nil {
 		b.flow, b.places = t.node.Link.Open(r.Context(), t.node.Downloads), t.node.Downloads
+		b.read = &bodyRead{blob: r.ref, sent: sent}
 	}
 	if timeout > 0 {
 		// Made here, stopped, rather than in the first Read: Close may run
