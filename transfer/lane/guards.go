@@ -116,9 +116,17 @@ func (s Snapshotter) Remove(ctx context.Context, key string) error {
 	return s.Snapshotter.Remove(ctx, key)
 }
 
-// chainLock is the key containerd's unpacker locks a chain ID under, in a
-// snapshotter (core/unpack's makeChainIDKeyWithSnapshotter, unexported:
-// TestGuardsNameTheUnpackersLocks fails if its form drifts).
+// The keys containerd's unpacker locks a chain ID under, in a
+// snapshotter, and a blob's fetch under (core/unpack's
+// makeChainIDKeyWithSnapshotter and makeBlobDescriptorKey, unexported:
+// TestGuardsNameTheUnpackersLocks fails if their form drifts).
+const (
+	chainPrefix = "sn://"
+	blobPrefix  = "blob://"
+)
+
 func chainLock(snapshotter, chainID string) string {
-	return fmt.Sprintf("sn://%s/%s", snapshotter, chainID)
+	return fmt.Sprintf("%s%s/%s", chainPrefix, snapshotter, chainID)
 }
+
+func blobLock(digest string) string { return blobPrefix + digest }
