@@ -301,9 +301,7 @@ func (r *running) watch(ctx context.Context, progress func(transfer.Progress), t
 	}
 }
 
-// need places the pull's ticket by the cost of the layers it must fetch,
-// and tells it their order.
+// need places the pull's ticket by the cost of the layers it must fetch.
 func (r *running) need(layers []ocispec.Descriptor) {
 	r.ticket.Need(r.cfg.Costs.Of(layers))
-	r.ticket.Layers(layers)
 }

@@ -134,7 +134,7 @@ func (t *transport) turn(r request) (*place, func(health.Outcome, time.Duration)
 			download = newPlace(release)
 			// Given back at once if the body would pause: a request is not
 			// sent to wait (lane.Link.Unasked).
-			if next := t.node.Link.Unasked(r.Context(), t.node.Downloads, r.ref); next != nil && next.Behind() {
+			if next := t.node.Link.Unasked(r.Context(), t.node.Downloads); next != nil && next.Behind() {
 				download.give()
 				start := time.Now()
 				err := next.Wait(r.Context())
@@ -226,7 +226,7 @@ func (t *transport) body(ctx context.Context, cancel context.CancelCauseFunc, r 
 	timeout := t.node.Health.Config().ReadTimeout
 	b := &body{ReadCloser: resp.Body, cancel: cancel, ctx: ctx, parent: r.Context(), timeout: timeout, download: download}
 	if download != nil && t.node.Link != nil {
-		b.flow, b.places = t.node.Link.Open(r.Context(), t.node.Downloads, r.ref), t.node.Downloads
+		b.flow, b.places = t.node.Link.Open(r.Context(), t.node.Downloads), t.node.Downloads
 		b.read = &bodyRead{blob: r.ref, sent: sent}
 	}
 	if timeout > 0 {

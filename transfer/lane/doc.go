@@ -61,24 +61,19 @@
 //     waiter is not held up behind work due before the holder (priority
 //     inheritance). The lent due moves the holder's work waiting in the
 //     lines it does under the lock (unpack places, write turns) up, and
-//     keeps its layers from giving way. The work under the lock waited on
-//     goes by the waiter's own due as by its own, but for lateness
-//     (Ticket.OwnDueUnder): the layer written under it (Guards:
-//     containerd's unpacker takes a chain's lock before it prepares the
-//     layer's snapshot) takes an extra place by it, and others' layers
-//     count it among the work ahead; on the link, the body of a blob under
-//     its lock, and for a chain's waiters the body of the holder's lowest
-//     layer being fetched (containerd commits an image's layers in order,
-//     and frees each chain's lock at its layer's commit), neither gives
-//     way nor lets others pass by it. The holder's other work goes by its
-//     own due: lateness, extra places, and whom other work gives way to
-//     or passes. Lent to the whole pull, any layer of a large image could
-//     take an extra place while a small pull waited on its lock, and the
-//     small pulls came later (an A/B in docs/benchmarks-history.md); lent
-//     to none, the layer the small pull waits for could wait for a place
-//     behind the large image's own layers. Download places are not told:
-//     a request goes in line by the whole pull's due, and gives its place
-//     back at once if its body would give way (Link.Unasked).
+//     keeps its layers and bodies from giving way. The layer written
+//     under the lock waited on (Guards: containerd's unpacker takes a
+//     chain's lock before it prepares the layer's snapshot) goes by the
+//     waiter's own due in the unpack lane as by its own, but for lateness
+//     (Ticket.OwnDueUnder): it takes an extra place by it, and others'
+//     layers count it among the work ahead. The holder's other work goes
+//     by its own due: lateness, extra places, and whom other work gives
+//     way to or passes. Lent to
+//     the whole pull, any layer of a large image could take an extra
+//     place while a small pull waited on its lock, and the small pulls
+//     came later (an A/B in docs/benchmarks-history.md); lent to none, the
+//     layer the small pull waits for could wait for a place behind the
+//     large image's own layers. Download places are not told, untried.
 //
 // A priority queue is written here because no semaphore in the standard
 // library or golang.org/x/sync orders its waiters by anything but arrival.

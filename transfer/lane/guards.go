@@ -116,17 +116,9 @@ func (s Snapshotter) Remove(ctx context.Context, key string) error {
 	return s.Snapshotter.Remove(ctx, key)
 }
 
-// The keys containerd's unpacker locks a chain ID under, in a
-// snapshotter, and a blob's fetch under (core/unpack's
-// makeChainIDKeyWithSnapshotter and makeBlobDescriptorKey, unexported:
-// TestGuardsNameTheUnpackersLocks fails if their form drifts).
-const (
-	chainPrefix = "sn://"
-	blobPrefix  = "blob://"
-)
-
+// chainLock is the key containerd's unpacker locks a chain ID under, in a
+// snapshotter (core/unpack's makeChainIDKeyWithSnapshotter, unexported:
+// TestGuardsNameTheUnpackersLocks fails if its form drifts).
 func chainLock(snapshotter, chainID string) string {
-	return fmt.Sprintf("%s%s/%s", chainPrefix, snapshotter, chainID)
+	return fmt.Sprintf("sn://%s/%s", snapshotter, chainID)
 }
-
-func blobLock(digest string) string { return blobPrefix + digest }

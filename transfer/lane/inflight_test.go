@@ -104,7 +104,7 @@ func TestInFlightPacesLayers(t *testing.T) {
 
 	link := NewLink(time.Second)
 	link.GiveWay(f)
-	body := link.Open(big, nil, "")
+	body := link.Open(big, nil)
 	defer body.Close()
 	if !body.Behind() {
 		t.Fatal("the large pull's body does not give way to the small pull in flight")

@@ -2,8 +2,6 @@ package lane
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -60,10 +58,8 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 		// A waiter that had not reached its receive when the key was
 		// freed waits on this pull now: it lends as it would to the
 		// holder it found.
-		// So does a holder that lends taking another key: it may be
-		// the blob of its lowest layer.
 		var lent *Ticket
-		if len(l.waiters) > 0 || mine.lends() {
+		if len(l.waiters) > 0 {
 			lent = k.lend(mine)
 		}
 		k.mu.Unlock()
@@ -113,26 +109,15 @@ func (k *KeyedLock) Lock(ctx context.Context, key string) error {
 // t holds, and each key's to the earliest own due of its waiters
 // (Ticket.OwnDueUnder), and returns t if either moved earlier. k.mu must
 // be held.
-//
-// A chain's waiters lend too to the download of t's lowest layer being
-// fetched (lowestBlob): containerd commits an image's layers in order,
-// and frees each chain's lock at its layer's commit, so whatever chain of
-// t's a pull waits on, it waits first for that download. t's other
-// downloads keep their own due: lent them too, a large image's every body
-// took the link beside the one the waiter needed.
 func (k *KeyedLock) lend(t *Ticket) *Ticket {
 	if t == nil {
 		return nil
 	}
-	var earliest, chains int64
+	var earliest int64
 	var on map[string]int64
-	var blobs []string
 	for key, l := range k.locks {
 		if l.holder != t {
 			continue
-		}
-		if strings.HasPrefix(key, blobPrefix) {
-			blobs = append(blobs, key)
 		}
 		for w := range l.waiters {
 			if w == t {
@@ -146,15 +131,12 @@ func (k *KeyedLock) lend(t *Ticket) *Ticket {
 			// would outlive its lender here, since only a lock's own
 			// events recompute it.
 			own := w.OwnDue().UnixNano()
-			on = lowered(on, key, own)
-			if strings.HasPrefix(key, chainPrefix) && (chains == 0 || own < chains) {
-				chains = own
+			if on == nil {
+				on = map[string]int64{}
 			}
-		}
-	}
-	if chains != 0 {
-		for _, key := range lowestBlob(t, blobs) {
-			on = lowered(on, key, chains)
+			if e, ok := on[key]; !ok || own < e {
+				on[key] = own
+			}
 		}
 	}
 	// Per key first: a reader that sees the whole pull's due move sees
@@ -172,32 +154,6 @@ func (k *KeyedLock) lend(t *Ticket) *Ticket {
 	}
 	if moved {
 		return t
-	}
-	return nil
-}
-
-// lowered is on with key's due lowered to d, made if nil.
-func lowered(on map[string]int64, key string, d int64) map[string]int64 {
-	if on == nil {
-		on = map[string]int64{}
-	}
-	if e, ok := on[key]; !ok || d < e {
-		on[key] = d
-	}
-	return on
-}
-
-// lowestBlob is, of the blob locks t holds, the one of its lowest layer
-// (Ticket.Layers), or all of them when t's layers are not known.
-func lowestBlob(t *Ticket, held []string) []string {
-	p := t.layers.Load()
-	if p == nil {
-		return held
-	}
-	for _, d := range *p {
-		if key := blobLock(d); slices.Contains(held, key) {
-			return []string{key}
-		}
 	}
 	return nil
 }

@@ -57,7 +57,6 @@ type Flow struct {
 	places *Lane     // the download places the body holds one of, or nil
 	ticket *Ticket   // nil: placed at open
 	opened time.Time // the place of a flow without a ticket
-	guard  string    // the lock its blob is fetched under (blobLock), or ""
 	// moved is when the body last delivered bytes (UnixNano). Atomic: it
 	// is set on every Read of every body, and a lock there would be taken
 	// thousands of times a second on a fast link.
@@ -65,22 +64,21 @@ type Flow struct {
 	asked every // Ask's; only the body's reader
 }
 
-// Open adds a body of blob (a digest; "" for none) of the pull that ctx's
-// ticket belongs to, holding one of places.
-func (l *Link) Open(ctx context.Context, places *Lane, blob string) *Flow {
-	f := l.Unasked(ctx, places, blob)
+// Open adds a body of the pull that ctx's ticket belongs to, holding one
+// of places.
+func (l *Link) Open(ctx context.Context, places *Lane) *Flow {
+	f := l.Unasked(ctx, places)
 	l.mu.Lock()
 	l.flows[f] = struct{}{}
 	l.mu.Unlock()
 	return f
 }
 
-// due is when f is due on the link, both to give way and to be given way
-// to: its pull's own due, or the due lent on the lock its blob is fetched
-// under (Ticket.OwnDueUnder), not one lent to the whole pull. Lent to
-// every body, a large image's every layer took the link while a small
-// pull waited on it for one.
-func (f *Flow) due() time.Time { return f.ticket.OwnDueUnder(f.guard, f.opened) }
+func (f *Flow) due() time.Time { return f.ticket.DueOr(f.opened) }
+
+// ownDue is when f's pull is due to the bodies that would give way to it:
+// its own due, not one it lends (Ticket.OwnDue).
+func (f *Flow) ownDue() time.Time { return f.ticket.OwnDueOr(f.opened) }
 
 // Moved records that the body delivered bytes.
 func (f *Flow) Moved() {
@@ -112,7 +110,7 @@ func (f *Flow) Behind() bool {
 	recent := l.now().Add(-active).UnixNano()
 	l.mu.Lock()
 	for o := range l.flows {
-		if o != f && o.moved.Load() > recent && Ahead(o.due(), mine, l.Slack) {
+		if o != f && o.moved.Load() > recent && Ahead(o.ownDue(), mine, l.Slack) {
 			l.mu.Unlock()
 			return true
 		}
@@ -131,15 +129,11 @@ func (f *Flow) Behind() bool {
 // one before gave up, while the pull ahead was still asking for its
 // manifests. The body it stands for is not on the link: it holds no one
 // back.
-func (l *Link) Unasked(ctx context.Context, places *Lane, blob string) *Flow {
+func (l *Link) Unasked(ctx context.Context, places *Lane) *Flow {
 	if l == nil {
 		return nil
 	}
-	f := &Flow{link: l, places: places, ticket: TicketOf(ctx), opened: l.now()}
-	if blob != "" {
-		f.guard = blobLock(blob)
-	}
-	return f
+	return &Flow{link: l, places: places, ticket: TicketOf(ctx), opened: l.now()}
 }
 
 // Ask reports whether f is Behind, asking the link at most every poll and

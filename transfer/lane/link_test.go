@@ -3,11 +3,8 @@ package lane
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
-
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/pullwise/pullwise/internal/await"
 )
@@ -56,13 +53,13 @@ func TestLinkBehind(t *testing.T) {
 			clock := &fakeClock{t: base}
 			l := NewLink(time.Second)
 			l.now = clock.now
-			mine := l.Open(WithTicket(context.Background(), tc.mine), nil, "")
+			mine := l.Open(WithTicket(context.Background(), tc.mine), nil)
 			defer mine.Close()
 			if tc.same {
 				tc.other = tc.mine
 			}
 			if tc.other != nil {
-				other := l.Open(WithTicket(context.Background(), tc.other), nil, "")
+				other := l.Open(WithTicket(context.Background(), tc.other), nil)
 				defer other.Close()
 				other.Moved()
 			}
@@ -87,7 +84,7 @@ func TestLinkBehindWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := NewLink(time.Second)
-	big := l.Open(WithTicket(context.Background(), bigTicket), places, "")
+	big := l.Open(WithTicket(context.Background(), bigTicket), places)
 	defer big.Close()
 	if big.Behind() {
 		t.Fatal("behind with no one waiting")
@@ -135,9 +132,9 @@ func TestLinkYield(t *testing.T) {
 	smallTicket := NewTicket(base)
 	smallTicket.Need(costOf(20 << 20))
 	l := NewLink(time.Second)
-	big := l.Open(WithTicket(context.Background(), bigTicket), nil, "")
+	big := l.Open(WithTicket(context.Background(), bigTicket), nil)
 	defer big.Close()
-	small := l.Open(WithTicket(context.Background(), smallTicket), nil, "")
+	small := l.Open(WithTicket(context.Background(), smallTicket), nil)
 	small.Moved()
 
 	// Still behind at the limit: the caller reads a little and asks again.
@@ -167,11 +164,11 @@ func TestLinkYield(t *testing.T) {
 func TestLinkUnasked(t *testing.T) {
 	due := dueFrom(time.Now())
 	l := NewLink(time.Second)
-	big := l.Unasked(due(1700<<20), nil, "")
+	big := l.Unasked(due(1700<<20), nil)
 	if big.Behind() {
 		t.Fatal("behind with nothing on the link")
 	}
-	small := l.Open(due(20<<20), nil, "")
+	small := l.Open(due(20<<20), nil)
 	small.Moved()
 	if !big.Behind() {
 		t.Fatal("an unasked body of the big pull is not behind the small pull's arriving body")
@@ -193,84 +190,7 @@ func TestLinkUnasked(t *testing.T) {
 	}
 
 	var none *Link
-	if none.Unasked(context.Background(), nil, "") != nil {
+	if none.Unasked(context.Background(), nil) != nil {
 		t.Fatal("a nil link gave a body to ask")
-	}
-}
-
-// TestLinkLendsToTheLowestLayer: a large pull holds the lock on its base
-// layer's chain and fetches a layer under its blob's lock, while a medium
-// pull's body arrives. A small pull waits on the chain: the large pull's
-// lowest layer being fetched, and no other of its bodies, then goes by the
-// small pull's due on the link, neither giving way to the medium pull's
-// body nor letting it pass; when the large pull starts to fetch a lower
-// layer, that one does instead, and once it is in, the next one up again.
-// A pull whose layers are not known lends to every body it fetches under
-// a lock.
-func TestLinkLendsToTheLowestLayer(t *testing.T) {
-	base := time.Now()
-	due := dueFrom(base)
-	layers := []ocispec.Descriptor{{Digest: "sha256:base"}, {Digest: "sha256:app"}, {Digest: "sha256:weights"}}
-	for _, known := range []bool{true, false} {
-		t.Run(fmt.Sprintf("layers known=%v", known), func(t *testing.T) {
-			locks := NewKeyedLock()
-			l := NewLink(Slack)
-			bigCtx, medium := due(1700<<20), l.Open(due(500<<20), nil, "")
-			defer medium.Close()
-			big := TicketOf(bigCtx)
-			if known {
-				big.Layers(layers)
-			}
-			bodies := map[string]*Flow{}
-			fetch := func(d string) {
-				t.Helper()
-				if err := locks.Lock(bigCtx, blobLock(d)); err != nil {
-					t.Fatal(err)
-				}
-				bodies[d] = l.Open(bigCtx, nil, d)
-				t.Cleanup(bodies[d].Close)
-			}
-			check := func(when string, want map[string]bool, mediumBehind bool) {
-				t.Helper()
-				for d, behind := range want {
-					bodies[d].Moved()
-					medium.Moved()
-					if got := bodies[d].Behind(); got != behind {
-						t.Errorf("%s: the large pull's %s body behind the medium one: %v, want %v", when, d, got, behind)
-					}
-				}
-				medium.Moved()
-				if got := medium.Behind(); got != mediumBehind {
-					t.Errorf("%s: the medium body behind the large pull's: %v, want %v", when, got, mediumBehind)
-				}
-			}
-			chain := chainLock("overlayfs", "sha256:chain0")
-			if err := locks.Lock(bigCtx, chain); err != nil {
-				t.Fatal(err)
-			}
-			fetch("sha256:weights")
-			check("nobody waiting", map[string]bool{"sha256:weights": true}, false)
-
-			smallCtx := due(20 << 20)
-			waited := make(chan error, 1)
-			go func() { waited <- locks.Lock(smallCtx, chain) }()
-			small := TicketOf(smallCtx).OwnDue()
-			await.Until(t, 10*time.Second, "the small pull's due lent on its chain", func() bool { return big.Due().Equal(small) })
-			check("the small pull waiting", map[string]bool{"sha256:weights": false}, true)
-
-			fetch("sha256:base")
-			check("the base layer fetched", map[string]bool{"sha256:base": false, "sha256:weights": known}, true)
-
-			locks.Unlock(blobLock("sha256:base"))
-			check("the base layer in", map[string]bool{"sha256:weights": false}, true)
-
-			locks.Unlock(chain)
-			if err := <-waited; err != nil {
-				t.Fatal(err)
-			}
-			locks.Unlock(chain)
-			check("the chain committed", map[string]bool{"sha256:weights": true}, false)
-			locks.Unlock(blobLock("sha256:weights"))
-		})
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"iter"
 	"sync/atomic"
 	"time"
-
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 // Slack is how much sooner one pull must be due than another to overtake
@@ -34,9 +32,6 @@ type Ticket struct {
 	// lentOn is that due per lock: the earliest due of the pulls waiting
 	// on each lock this pull holds, by key (UnixNano); nil: none.
 	lentOn atomic.Pointer[map[string]int64]
-	// layers are the digests of the layers the pull fetches, lowest
-	// first (Layers); nil: not known.
-	layers atomic.Pointer[[]string]
 	// waits are the pull's work's waits for others' so far, by kind
 	// (Waited).
 	waits [waitKinds]atomic.Int64
@@ -54,17 +49,6 @@ func NewTicket(asked time.Time) *Ticket {
 func (t *Ticket) Need(cost time.Duration) {
 	t.due.Store(t.asked.Add(cost).UnixNano())
 	t.costed.Store(true)
-}
-
-// Layers tells the ticket the layers its pull fetches, lowest first: a
-// due lent on a chain lock the pull holds reaches the download of the
-// lowest of them being fetched (KeyedLock).
-func (t *Ticket) Layers(layers []ocispec.Descriptor) {
-	ds := make([]string, len(layers))
-	for i, l := range layers {
-		ds[i] = l.Digest.String()
-	}
-	t.layers.Store(&ds)
 }
 
 // Cost is what Need placed the pull by, and whether it has been placed.
@@ -86,9 +70,6 @@ func (t *Ticket) Due() time.Time {
 	return time.Unix(0, d)
 }
 
-// lends reports whether the pull lends a due (KeyedLock).
-func (t *Ticket) lends() bool { return t != nil && t.lent.Load() != 0 }
-
 // OwnDue is when the pull is due by its own ask and cost, without a due
 // it lends (Due). Lateness goes by it, and so do extra places (Extra) and
 // whom other work gives way to, but for work done under a lock others
@@ -108,11 +89,8 @@ func (t *Ticket) OwnDueOr(at time.Time) time.Time {
 // (KeyedLock; "" for none) is due to other pulls' work: its own due, or,
 // while a pull due earlier waits on that lock, that pull's due. Work under
 // a lock others wait on is the one piece of the pull that holds them up:
-// a layer whose chain's snapshot another image shares (Guards), or the
-// download of a blob (blobLock) another image shares or, while another
-// image waits on one of the pull's chain locks, of its lowest layer being
-// fetched. It takes extra places, counts among the work ahead, and on the
-// link neither gives way nor lets others pass, by the waiter's own due,
+// a layer whose chain's snapshot another image shares (Guards). It takes
+// extra places and counts among the work ahead by the waiter's own due,
 // as the waiter's own work would, though it is not late by it (Late); the
 // pull's other work does not (OwnDue), since every layer of a large image
 // doing so would pass the small pull it lends for. An extra place taken
