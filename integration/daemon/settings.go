@@ -133,9 +133,10 @@ func LogLevel() string {
 // level each layer's wait for an unpack place, a large layer's early
 // write (transfer/early), a pull's wait for another's lock on a blob or
 // layer both images hold (transfer/lane.KeyedLock), a slow write to the
-// metadata database (transfer/commits), and containerd's own
-// line when it commits the layer's snapshot (in parallel unpack, in order,
-// once every layer before it is in).
+// metadata database (transfer/commits), a blob body's time on the link
+// (transfer/hostclient), and containerd's own line when it commits the
+// layer's snapshot (in parallel unpack, in order, once every layer before
+// it is in).
 func TimelineLine(line string) bool {
 	for _, s := range []string{"image pull timeline", "layer unpacked in its lane", "layer written while it arrived", "waited for another pull's lock", "metadata write was slow", `msg="layer unpacked"`, "blob body read"} {
 		if strings.Contains(line, s) {

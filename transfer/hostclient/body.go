@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/log"
@@ -166,39 +167,49 @@ func (b *body) yield() error {
 
 // bodyRead is what a blob body's debug line says: its blob, when its
 // request was sent, when its first and last bytes came, and how long it
-// gave way. Only the body's reader and Close, which follows it, touch it.
+// gave way. Atomic: Close may run concurrently with a Read to abort it.
 type bodyRead struct {
 	blob        string
-	sent, first time.Time
-	n           int64
-	gaveWay     time.Duration
+	sent        time.Time
+	first, last atomic.Int64 // UnixNano; 0: no byte yet
+	n, gaveWay  atomic.Int64
+	once        sync.Once
 }
 
 func (r *bodyRead) moved(n int) {
 	if r == nil {
 		return
 	}
-	if r.n == 0 {
-		r.first = time.Now()
-	}
-	r.n += int64(n)
+	now := time.Now().UnixNano()
+	r.first.CompareAndSwap(0, now)
+	r.last.Store(now)
+	r.n.Add(int64(n))
 }
 
 func (r *bodyRead) paused(d time.Duration) {
 	if r != nil {
-		r.gaveWay += d
+		r.gaveWay.Add(int64(d))
 	}
 }
 
+// done logs the line once, at debug level only: it is made for every blob.
 func (r *bodyRead) done(ctx context.Context) {
 	if r == nil {
 		return
 	}
-	var first time.Duration
-	if r.n > 0 {
-		first = r.first.Sub(r.sent)
+	logger := log.G(ctx)
+	if !logger.Logger.IsLevelEnabled(log.DebugLevel) {
+		return
 	}
-	log.G(ctx).WithFields(log.Fields{"blob": r.blob, "bytes": r.n, "first_byte": first, "took": time.Since(r.sent), "paused": r.gaveWay}).Debug("blob body read")
+	r.once.Do(func() {
+		at := func(ns int64) time.Duration {
+			if ns == 0 {
+				return 0
+			}
+			return time.Unix(0, ns).Sub(r.sent)
+		}
+		logger.WithFields(log.Fields{"blob": r.blob, "bytes": r.n.Load(), "first_byte": at(r.first.Load()), "last_byte": at(r.last.Load()), "took": time.Since(r.sent), "paused": time.Duration(r.gaveWay.Load())}).Debug("blob body read")
+	})
 }
 
 // trickleEvery is how often a paused body reads (a var for tests), and

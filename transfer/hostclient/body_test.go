@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
 
 	"github.com/pullwise/pullwise/internal/await"
 	"github.com/pullwise/pullwise/transfer/health"
@@ -113,5 +115,54 @@ func TestPausedBodyTricklesWaitingForAPlace(t *testing.T) {
 	}
 	if got := read.Load(); got != int64(len(blob)) {
 		t.Fatalf("large body: %d bytes, want %d", got, len(blob))
+	}
+}
+
+// TestBlobBodyDebugLine: at debug level, a blob body on the link says once,
+// when closed, which blob it was and what it read, though the close comes
+// while a Read waits for bytes that never come (as a stalled body's abort
+// does).
+func TestBlobBodyDebugLine(t *testing.T) {
+	blob := bytes.Repeat([]byte("x"), 64<<10)
+	d := digest.FromBytes(blob)
+	never := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(blob)+1))
+		w.Write(blob)
+		w.(http.Flusher).Flush()
+		<-never // the last byte
+	}))
+	defer srv.Close()
+	defer close(never)
+
+	var out bytes.Buffer
+	logger := logrus.New()
+	logger.SetOutput(&out)
+	logger.SetLevel(logrus.DebugLevel)
+	ctx := log.WithLogger(context.Background(), logrus.NewEntry(logger))
+	ep := Endpoint{Key: health.Key{Scheme: "http", Host: strings.TrimPrefix(srv.URL, "http://"), Path: "/v2"}, Role: RoleUpstream}
+	c := Wrap(&http.Client{}, Node{Downloads: lane.New(1), Link: lane.NewLink(lane.Slack)}, ep, nopObserver{})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v2/team/app/blobs/"+d.String(), nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, len(blob))); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := resp.Body.Read(make([]byte, 1))
+		read <- err
+	}()
+	resp.Body.Close()
+	if err := <-read; err == nil {
+		t.Fatal("a Read of a closed body waiting for bytes did not fail")
+	}
+	resp.Body.Close()
+
+	lines := strings.Count(out.String(), `msg="blob body read"`)
+	if lines != 1 || !strings.Contains(out.String(), "blob=\""+d.String()+"\"") || !strings.Contains(out.String(), "bytes=65536") {
+		t.Fatalf("%d debug lines, want one naming the blob and its 65536 bytes:\n%s", lines, out.String())
 	}
 }

@@ -19,7 +19,7 @@ import (
 // devmapper, remote ones) name none.
 func Of(mounts []mount.Mount) (string, bool) {
 	if dir, ok := BindSource(mounts); ok {
-		return dir, dir != ""
+		return dir, true
 	}
 	if len(mounts) != 1 || mounts[0].Type != "overlay" {
 		return "", false
@@ -28,12 +28,13 @@ func Of(mounts []mount.Mount) (string, bool) {
 }
 
 // BindSource is the source of mounts that are one bind mount: a snapshot
-// of a single layer, or a view of one.
+// of a single layer, or a view of one. A bind of no source names no
+// directory.
 func BindSource(mounts []mount.Mount) (string, bool) {
 	if len(mounts) != 1 || mounts[0].Type != "bind" {
 		return "", false
 	}
-	return mounts[0].Source, true
+	return mounts[0].Source, mounts[0].Source != ""
 }
 
 // OverlayOption returns the value of an overlay mount's option, such as

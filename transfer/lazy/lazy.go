@@ -17,17 +17,14 @@ import (
 	"github.com/opencontainers/go-digest"
 )
 
-// Labels containerd's unpacker gives a layer's snapshot.
-const (
-	// targetLabel names the snapshot a Prepare should commit to; a
-	// remote snapshotter answers AlreadyExists once that snapshot exists.
-	targetLabel = "containerd.io/snapshot.ref"
-	// layerDigestLabel is the layer's digest, from snapshot annotations
-	// (CRI's, or the unpacker's for a snapshotter exporting
-	// enable_remote_snapshot_annotations). Remote snapshotters need it to
-	// find the layer, so a lazy layer always has it.
-	layerDigestLabel = "containerd.io/snapshot/cri.layer-digest"
-)
+// layerDigestLabel is the layer's digest, which containerd's unpacker
+// gives a layer's snapshot from snapshot annotations (CRI's, or the
+// unpacker's for a snapshotter exporting
+// enable_remote_snapshot_annotations). Remote snapshotters need it to find
+// the layer, so a lazy layer always has it. Beside it,
+// snapshots.LabelSnapshotRef names the snapshot the Prepare should commit
+// to; a remote snapshotter answers AlreadyExists once that snapshot exists.
+const layerDigestLabel = "containerd.io/snapshot/cri.layer-digest"
 
 // Observer learns of each layer mounted lazily.
 type Observer func(layer digest.Digest)
@@ -68,7 +65,7 @@ func layerOf(opts []snapshots.Opt) (digest.Digest, bool) {
 			return "", false
 		}
 	}
-	if info.Labels[targetLabel] == "" {
+	if info.Labels[snapshots.LabelSnapshotRef] == "" {
 		return "", false
 	}
 	d, err := digest.Parse(info.Labels[layerDigestLabel])

@@ -22,7 +22,7 @@ func (a answer) Prepare(context.Context, string, string, ...snapshots.Opt) ([]mo
 
 func TestPrepareReportsLazyLayers(t *testing.T) {
 	layer := digest.FromString("layer")
-	remote := map[string]string{targetLabel: "sha256:chain", layerDigestLabel: layer.String()}
+	remote := map[string]string{snapshots.LabelSnapshotRef: "sha256:chain", layerDigestLabel: layer.String()}
 	for _, tc := range []struct {
 		name   string
 		err    error
@@ -33,7 +33,7 @@ func TestPrepareReportsLazyLayers(t *testing.T) {
 		{name: "prepared for extraction", err: nil, labels: remote},
 		{name: "failed", err: errors.New("disk full"), labels: remote},
 		{name: "no target snapshot", err: errdefs.ErrAlreadyExists, labels: map[string]string{layerDigestLabel: layer.String()}},
-		{name: "no layer digest", err: errdefs.ErrAlreadyExists, labels: map[string]string{targetLabel: "sha256:chain"}},
+		{name: "no layer digest", err: errdefs.ErrAlreadyExists, labels: map[string]string{snapshots.LabelSnapshotRef: "sha256:chain"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []digest.Digest
