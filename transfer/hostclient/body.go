@@ -35,7 +35,7 @@ type body struct {
 	failed   func(error)    // reports a body failure
 	// read says at debug level when a blob body on the link ended, so
 	// that a burst's debug log shows which bodies shared the link at a
-	// time; nil for other bodies.
+	// time; nil for other bodies, and below debug level.
 	read  *bodyRead
 	once  sync.Once
 	timer *time.Timer
@@ -192,13 +192,9 @@ func (r *bodyRead) paused(d time.Duration) {
 	}
 }
 
-// done logs the line once, at debug level only: it is made for every blob.
+// done logs the line, once: Close may come twice.
 func (r *bodyRead) done(ctx context.Context) {
 	if r == nil {
-		return
-	}
-	logger := log.G(ctx)
-	if !logger.Logger.IsLevelEnabled(log.DebugLevel) {
 		return
 	}
 	r.once.Do(func() {
@@ -208,7 +204,7 @@ func (r *bodyRead) done(ctx context.Context) {
 			}
 			return time.Unix(0, ns).Sub(r.sent)
 		}
-		logger.WithFields(log.Fields{"blob": r.blob, "bytes": r.n.Load(), "first_byte": at(r.first.Load()), "last_byte": at(r.last.Load()), "took": time.Since(r.sent), "paused": time.Duration(r.gaveWay.Load())}).Debug("blob body read")
+		log.G(ctx).WithFields(log.Fields{"blob": r.blob, "bytes": r.n.Load(), "first_byte": at(r.first.Load()), "last_byte": at(r.last.Load()), "took": time.Since(r.sent), "paused": time.Duration(r.gaveWay.Load())}).Debug("blob body read")
 	})
 }
 

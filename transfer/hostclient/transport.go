@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/pullwise/pullwise/transfer/health"
@@ -227,7 +228,10 @@ func (t *transport) body(ctx context.Context, cancel context.CancelCauseFunc, r 
 	b := &body{ReadCloser: resp.Body, cancel: cancel, ctx: ctx, parent: r.Context(), timeout: timeout, download: download}
 	if download != nil && t.node.Link != nil {
 		b.flow, b.places = t.node.Link.Open(r.Context(), t.node.Downloads), t.node.Downloads
-		b.read = &bodyRead{blob: r.ref, sent: sent}
+		// Made at debug level only: it is told of every Read.
+		if log.G(r.Context()).Logger.IsLevelEnabled(log.DebugLevel) {
+			b.read = &bodyRead{blob: r.ref, sent: sent}
+		}
 	}
 	if timeout > 0 {
 		// Made here, stopped, rather than in the first Read: Close may run
